@@ -1,0 +1,76 @@
+"""The two-head attention model of paper A, in its simplified form, replicated over seeds.
+
+Frozen positional embeddings v_1..v_d ~ Unif(S^{m-1}) (rows of V in R^{d x m}),
+two trainable queries theta, theta~ in R^m, scores s = V theta, s~ = V theta~,
+attention gamma = phi(s), gamma~ = phi(s~), output
+
+    f(x) = -(gamma . x)(gamma~ . x).
+
+All tensors carry a leading replica axis R: V (R, d, m), theta (R, m).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+ATTENTION_MAPS = {
+    "softmax": lambda s: torch.softmax(s, dim=-1),
+    "linear": lambda s: s,
+    "erf": torch.erf,
+}
+
+
+def step_unit(attention: str, d: int, m: int) -> float:
+    """The natural step size of the parametrisation; eta = eta0 * step_unit.
+
+    softmax: the gradient at init is O(1/d^2), so one step needs eta ~ d^2 sqrt(m).
+    linear, erf: gamma_i = O(1/sqrt(m)), the loss Hessian in theta is O((d/m)^2),
+    so GD is stable for eta ~ (m/d)^2.
+    """
+    if attention == "softmax":
+        return d**2 * math.sqrt(m)
+    return (m / d) ** 2
+
+
+def uniform_sphere(gen: torch.Generator, *shape: int, dtype=torch.float64) -> Tensor:
+    """Points uniform on the unit sphere of the last axis."""
+    g = torch.randn(*shape, generator=gen, dtype=dtype)
+    return g / g.norm(dim=-1, keepdim=True)
+
+
+class TwoHeadXorAttention(nn.Module):
+    def __init__(self, V: Tensor, theta: Tensor, theta_tilde: Tensor, attention: str):
+        super().__init__()
+        if attention not in ATTENTION_MAPS:
+            raise ValueError(f"attention must be one of {sorted(ATTENTION_MAPS)}, got {attention!r}")
+        self.attention = attention
+        self.register_buffer("V", V)
+        self.theta = nn.Parameter(theta)
+        self.theta_tilde = nn.Parameter(theta_tilde)
+
+    @classmethod
+    def draw(cls, gens: list[torch.Generator], d: int, m: int, attention: str, init: str,
+             dtype=torch.float64) -> "TwoHeadXorAttention":
+        """Per replica: V rows ~ Unif(S^{m-1}), theta(0) ~ Unif(S^{m-1}),
+        theta~(0) = -theta(0) (antisymmetric) or an independent draw (independent)."""
+        Vs, th, tht = [], [], []
+        for g in gens:
+            Vs.append(uniform_sphere(g, d, m, dtype=dtype))
+            th.append(uniform_sphere(g, m, dtype=dtype))
+            tht.append(-th[-1] if init == "antisymmetric" else uniform_sphere(g, m, dtype=dtype))
+        return cls(torch.stack(Vs), torch.stack(th), torch.stack(tht), attention)
+
+    def heads(self) -> tuple[Tensor, Tensor]:
+        """(gamma, gamma~), each (R, d)."""
+        phi = ATTENTION_MAPS[self.attention]
+        s = torch.einsum("rdm,rm->rd", self.V, self.theta)
+        s_t = torch.einsum("rdm,rm->rd", self.V, self.theta_tilde)
+        return phi(s), phi(s_t)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """f for inputs x (R, n, d) -> (R, n)."""
+        gamma, gamma_t = self.heads()
+        return -torch.einsum("rnd,rd->rn", x, gamma) * torch.einsum("rnd,rd->rn", x, gamma_t)

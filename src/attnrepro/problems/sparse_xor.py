@@ -1,0 +1,150 @@
+"""Sparse XOR problems: the two-head attention model and the FFNN baseline."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..models.ffnn import ReluFFNN
+from ..models.xor_attention import TwoHeadXorAttention
+from ..tasks import sparse_xor as X
+
+Backward = Optional[Callable[[Tensor], None]]
+
+
+class SampleSet(nn.Module):
+    """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
+
+    Stored in the training dtype when small (<= 2^26 entries), else as int8 and
+    converted chunk by chunk.
+    """
+
+    def __init__(self, x: Tensor, y: Tensor):
+        super().__init__()
+        self.register_buffer("x", x)
+        self.register_buffer("y", y)
+
+    @classmethod
+    def draw(cls, gens, n: int, d: int, supports, noise: float, dtype) -> "SampleSet":
+        xs, ys = [], []
+        for g, (p, q) in zip(gens, supports):
+            xs.append(X.draw_inputs(g, n, d))
+            ys.append(X.labels(xs[-1], p, q, noise, g))
+        x, y = torch.stack(xs), torch.stack(ys)
+        return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**26 else cls(x, y)
+
+    def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:
+        """(1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 per replica, evaluated `chunk` samples at a time.
+        With `backward`, gradients are accumulated chunk by chunk (memory O(chunk d))."""
+        n = self.x.shape[1]
+        total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
+        for i in range(0, n, chunk):
+            xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
+            with torch.set_grad_enabled(backward is not None):
+                loss = 0.5 * ((f(xc) - yc) ** 2).sum(-1) / n
+                if backward is not None:
+                    backward(loss.sum())
+            total += loss.detach()
+        return total
+
+
+class XorAttentionProblem(nn.Module):
+    """Two-head attention on sparse XOR; population loss exact, or empirical on n samples."""
+
+    def __init__(self, model: TwoHeadXorAttention, p: Tensor, q: Tensor, noise: float,
+                 samples: Optional[SampleSet], chunk: int, save_attention: bool):
+        super().__init__()
+        self.model, self.samples, self.noise, self.chunk = model, samples, noise, chunk
+        self.register_buffer("p", p)
+        self.register_buffer("q", q)
+        self.save_attention = save_attention
+        self._init_heads = [h.detach().clone() for h in model.heads()] if save_attention else None
+
+    def population_loss(self) -> Tensor:
+        gamma, gamma_t = self.model.heads()
+        return X.population_loss(gamma, gamma_t, self.p, self.q, self.noise)
+
+    def accumulate(self, backward: Backward) -> Tensor:
+        if self.samples is None:
+            with torch.set_grad_enabled(backward is not None):
+                loss = self.population_loss()
+                if backward is not None:
+                    backward(loss.sum())
+            return loss.detach()
+        return self.samples.mse(self.model, self.chunk, backward, self.model.theta.dtype)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Tensor]:
+        gamma, gamma_t = self.model.heads()
+        take = lambda v, i: v.gather(-1, i[:, None])[:, 0]  # noqa: E731
+        out = {
+            "loss": X.population_loss(gamma, gamma_t, self.p, self.q, self.noise),
+            "xor_correlation": X.xor_correlation(gamma, gamma_t, self.p, self.q),
+            "mass_pq": take(gamma, self.p) + take(gamma, self.q),
+            "mass_pq_tilde": take(gamma_t, self.p) + take(gamma_t, self.q),
+        }
+        if self.samples is not None:
+            out["train_loss"] = self.accumulate(None)
+        return out
+
+    @torch.no_grad()
+    def arrays(self) -> dict[str, Tensor]:
+        if not self.save_attention:
+            return {}
+        gamma, gamma_t = self.model.heads()
+        return {"gamma_init": self._init_heads[0], "gamma_tilde_init": self._init_heads[1],
+                "gamma": gamma, "gamma_tilde": gamma_t}
+
+
+class XorFfnnProblem(nn.Module):
+    """The ReLU FFNN baseline trained on n samples, tested on fresh ones."""
+
+    def __init__(self, model: ReluFFNN, train: SampleSet, test: SampleSet, chunk: int):
+        super().__init__()
+        self.model, self.train_set, self.test_set, self.chunk = model, train, test, chunk
+
+    def accumulate(self, backward: Backward) -> Tensor:
+        return self.train_set.mse(self.model, self.chunk, backward, self.model.W.dtype)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Tensor]:
+        dtype = self.model.W.dtype
+        x, y = self.test_set.x.to(dtype), self.test_set.y.to(dtype)
+        f = self.model(x)
+        return {
+            "test_mse": 0.5 * ((f - y) ** 2).mean(-1),
+            "test_error": (torch.sign(f) != y).to(dtype).mean(-1),
+            "train_loss": self.accumulate(None),
+        }
+
+    def arrays(self) -> dict[str, Tensor]:
+        return {}
+
+
+def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
+    """The problem for (task, model, train) configs, and the derived quantities to record."""
+    dtype = getattr(torch, train.dtype.value)
+    supports = [X.draw_support(g, task.d) for g in gens]
+    p = torch.tensor([s[0] for s in supports])
+    q = torch.tensor([s[1] for s in supports])
+    if model_cfg.name == "xor_attention":
+        from ..models.xor_attention import step_unit
+
+        m = model_cfg.width(task.d)
+        model = TwoHeadXorAttention.draw(gens, task.d, m, model_cfg.attention.value, model_cfg.init.value, dtype)
+        samples = None if task.n is None else SampleSet.draw(gens, task.n, task.d, supports, task.noise, dtype)
+        problem = XorAttentionProblem(model, p, q, task.noise, samples, train.chunk, train.save_attention)
+        eta = train.eta0 * step_unit(model_cfg.attention.value, task.d, m)
+        return problem, {"m": m, "eta": eta, "n_params": 2 * m, "p": p.tolist(), "q": q.tolist()}
+    if model_cfg.name == "ffnn":
+        from ..models.ffnn import n_params
+
+        model = ReluFFNN.draw(gens, task.d, model_cfg.k, dtype)
+        train_set = SampleSet.draw(gens, task.n, task.d, supports, task.noise, dtype)
+        test_set = SampleSet.draw(gens, task.n_test, task.d, supports, 0.0, dtype)
+        problem = XorFfnnProblem(model, train_set, test_set, train.chunk)
+        return problem, {"eta": train.eta0, "n_params": n_params(task.d, model_cfg.k),
+                         "p": p.tolist(), "q": q.tolist()}
+    raise ValueError(f"model.name {model_cfg.name!r} does not fit task {task.name!r}")

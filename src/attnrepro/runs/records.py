@@ -1,0 +1,72 @@
+"""Job records: one JSON file per job, written atomically, read back with checks.
+
+Layout: <outputs>/runs/<experiment>/<key>/record.json. A record holds the
+resolved semantic config, status ('complete' or 'failed' with a reason),
+derived quantities, final metrics and curves (one value per seed), optional
+arrays, timings and versions. Later stages read nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+SCHEMA = 1
+REQUIRED = ("schema", "key", "experiment", "status", "config")
+
+
+class CorruptRecord(ValueError):
+    """A record file that cannot be read or lacks required fields."""
+
+
+def record_path(outputs: str | Path, experiment: str, key: str) -> Path:
+    return Path(outputs) / "runs" / experiment / key / "record.json"
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: never a half record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, allow_nan=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_record(path: Path) -> dict:
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptRecord(f"{path}: unreadable ({e})") from e
+    if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
+        missing = [k for k in REQUIRED if not isinstance(rec, dict) or k not in rec]
+        raise CorruptRecord(f"{path}: missing fields {missing}")
+    if rec["status"] == "complete" and "metrics" not in rec:
+        raise CorruptRecord(f"{path}: complete but has no metrics")
+    return rec
+
+
+def is_complete(path: Path) -> bool:
+    """True when a readable record with status 'complete' exists (corrupt or failed: run again)."""
+    try:
+        return read_record(path)["status"] == "complete"
+    except (CorruptRecord, FileNotFoundError):
+        return False
+
+
+def scan(outputs: str | Path, experiment: str) -> Iterator[tuple[Path, dict | CorruptRecord]]:
+    """Every record file of an experiment, as (path, record) or (path, CorruptRecord)."""
+    root = Path(outputs) / "runs" / experiment
+    for path in sorted(root.glob("*/record.json")):
+        try:
+            yield path, read_record(path)
+        except CorruptRecord as e:
+            yield path, e
