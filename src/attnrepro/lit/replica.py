@@ -2,8 +2,15 @@
 
 The replicas' losses are summed before backward, so for element-wise
 optimisers (SGD, Adam) each replica follows exactly the trajectory it would
-follow alone. One optimiser step per Lightning step; the data live in the
-problem (buffers), so the loader only ticks.
+follow alone. L-BFGS sees the replicas as one problem (its line search and
+history are shared), so use it with one seed per job when that matters.
+One optimiser step per Lightning step; the data live in the problem
+(buffers, moved with the module), so the loader only ticks.
+
+Convergence (recorded per replica, at logged steps): the relative change of
+the training objective since the previous log is below ``tol``, or the
+replica's gradient norm is below ``tol_grad``. Training stops early once
+every replica has converged; with tol = tol_grad = 0 it runs all steps.
 """
 
 from __future__ import annotations
@@ -30,21 +37,28 @@ class TickDataModule(pl.LightningDataModule):
         return DataLoader(_Ticks(), batch_size=None)
 
 
+OPTIMIZERS = {
+    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+    "lbfgs": lambda params, lr: torch.optim.LBFGS(params, lr=lr, line_search_fn="strong_wolfe"),
+}
+
+
 class ReplicaModule(pl.LightningModule):
-    def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int):
+    def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int,
+                 tol: float = 0.0, tol_grad: float = 0.0):
         super().__init__()
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
         self.automatic_optimization = False
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
-        self.steps, self.log_every = steps, log_every
+        self.steps, self.log_every, self.tol, self.tol_grad = steps, log_every, tol, tol_grad
         self.curves: dict[str, list] = {"step": []}
+        self.converged_step: list[float] | None = None  # per replica; nan = not converged
+        self._last_objective: torch.Tensor | None = None
 
     def configure_optimizers(self):
-        params = list(self.problem.parameters())
-        if self.optimizer_name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr)
-        if self.optimizer_name == "adam":
-            return torch.optim.Adam(params, lr=self.lr)
-        raise ValueError(f"unknown optimizer {self.optimizer_name!r}")
+        return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr)
 
     def _log_curves(self, step: int) -> None:
         """Append the problem's metrics (one value per replica) at `step`; stop on non-finite ones."""
@@ -59,18 +73,61 @@ class ReplicaModule(pl.LightningModule):
     def on_train_start(self) -> None:
         self._log_curves(0)
 
-    def training_step(self, batch, batch_idx):
-        opt = self.optimizers()
-        opt.zero_grad()
+    def _objective(self, step: int) -> torch.Tensor:
+        """Gradients of the summed objective; the (R,) objective, checked finite."""
         loss = self.problem.accumulate(self.manual_backward)
-        step = self.global_step  # steps taken before this one
         if not bool(torch.isfinite(loss).all()):
             bad = torch.nonzero(~torch.isfinite(loss)).flatten().tolist()
             raise Divergence(f"non-finite training loss at step {step} in replicas {bad}")
         for p in self.problem.parameters():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
-        opt.step()
+        return loss
+
+    def _grad_norm(self) -> torch.Tensor:
+        """Per-replica gradient norm (every parameter has the replica axis first)."""
+        sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.problem.parameters() if p.grad is not None]
+        return torch.stack(sq).sum(0).sqrt()
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        step = self.global_step  # steps taken before this one
+        if self.optimizer_name == "lbfgs":
+            holder = {}
+
+            def closure():
+                opt.zero_grad()
+                holder["loss"] = self._objective(step)
+                return holder["loss"].sum()
+
+            opt.step(closure=closure)
+            loss = holder["loss"]
+        else:
+            opt.zero_grad()
+            loss = self._objective(step)
+            grad_norm = self._grad_norm() if self.tol_grad > 0 else None
+            opt.step()
         done = step + 1
         if done % self.log_every == 0 or done == self.steps:
             self._log_curves(done)
+            if self.optimizer_name == "lbfgs" and self.tol_grad > 0:
+                grad_norm = self._grad_norm()
+            self._check_convergence(done, loss.detach(), grad_norm if self.tol_grad > 0 else None)
+
+    def _check_convergence(self, step: int, objective: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+        if self.tol <= 0 and self.tol_grad <= 0:
+            return
+        if self.converged_step is None:
+            self.converged_step = [float("nan")] * objective.shape[0]
+        ok = torch.zeros_like(objective, dtype=torch.bool)
+        if self.tol > 0 and self._last_objective is not None:
+            change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
+            ok |= change < self.tol
+        if grad_norm is not None:
+            ok |= grad_norm < self.tol_grad
+        self._last_objective = objective
+        for r, flag in enumerate(ok.tolist()):
+            if flag and self.converged_step[r] != self.converged_step[r]:  # first time (nan != nan)
+                self.converged_step[r] = float(step)
+        if all(s == s for s in self.converged_step):
+            self.trainer.should_stop = True

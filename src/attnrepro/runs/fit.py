@@ -8,42 +8,43 @@ import warnings
 
 import torch
 
-from ..tasks.sparse_xor import replica_generators
-
-BUILDERS = {}  # task name -> build(task, model, train, gens) -> (problem, derived)
+from ..tasks.seeding import replica_generators
 
 
 def builder(task_name: str):
-    if not BUILDERS:
-        from ..problems import sparse_xor
+    """The build(task, model, train, gens) -> (problem, derived) function of a task."""
+    if task_name == "sparse_xor":
+        from ..problems.sparse_xor import build
 
-        BUILDERS["sparse_xor"] = sparse_xor.build
-    if task_name not in BUILDERS:
-        raise ValueError(f"no problem for task.name={task_name!r}; known: {sorted(BUILDERS)}")
-    return BUILDERS[task_name]
+        return build
+    if task_name == "attention_indexed":
+        from ..problems.tied_attention import build
+
+        return build
+    raise ValueError(f"no problem for task.name={task_name!r}")
 
 
-def _as_lists(tensors: dict) -> dict:
-    return {k: v.detach().cpu().tolist() for k, v in tensors.items()}
+def _quiet_lightning() -> None:
+    for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for pattern in (".*does not have many workers.*", ".*IterableDataset.*__len__.*", ".*LeafSpec.*is deprecated.*"):
+        warnings.filterwarnings("ignore", pattern)
 
 
-def fit(cfg, trainer_cfg) -> dict:
-    """cfg: the validated object config. Returns derived, metrics, curves, arrays, timings."""
+def train(cfg, trainer_cfg):
+    """Build the job's problem (all seeds as replicas) and train it. cfg: validated object config.
+
+    Returns (problem, module, derived, timings)."""
     import pytorch_lightning as pl
 
     from ..lit.replica import ReplicaModule, TickDataModule
 
-    for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*IterableDataset.*__len__.*")
-    warnings.filterwarnings("ignore", ".*LeafSpec.*is deprecated.*")
-
+    _quiet_lightning()
     t0 = time.perf_counter()
     gens = replica_generators(cfg.seed, cfg.n_seeds)
     problem, derived = builder(cfg.task.name)(cfg.task, cfg.model, cfg.train, gens)
     module = ReplicaModule(problem, cfg.train.optimizer.value, derived["eta"], cfg.train.steps,
-                           cfg.train.log_every)
+                           cfg.train.log_every, cfg.train.tol, cfg.train.tol_grad)
     trainer = pl.Trainer(
         accelerator=trainer_cfg.accelerator, devices=trainer_cfg.devices, max_steps=cfg.train.steps,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -52,18 +53,24 @@ def fit(cfg, trainer_cfg) -> dict:
     t1 = time.perf_counter()
     trainer.fit(module, datamodule=TickDataModule())
     t2 = time.perf_counter()
-    if module.global_step < cfg.train.steps:
+    converged = module.converged_step is not None and all(s == s for s in module.converged_step)
+    if module.global_step < cfg.train.steps and not converged:
         raise RuntimeError(f"training stopped after {module.global_step} of {cfg.train.steps} steps")
-    metrics = _as_lists(problem.evaluate())
-    out = {
-        "derived": derived,
-        "metrics": metrics,
-        "curves": module.curves,
-        "arrays": _as_lists(problem.arrays()),
-        "timings": {"setup_s": t1 - t0, "train_s": t2 - t1, "eval_s": time.perf_counter() - t2,
-                    "steps": cfg.train.steps, "device": str(next(problem.parameters()).device)},
-    }
-    del trainer, module, problem
+    timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": module.global_step,
+               "device": str(next(problem.parameters()).device)}
+    if module.converged_step is not None:
+        derived = {**derived, "converged_step": module.converged_step}
+    return problem, module, derived, timings
+
+
+def fit(cfg, trainer_cfg) -> dict:
+    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record."""
+    problem, module, derived, timings = train(cfg, trainer_cfg)
+    as_lists = lambda tensors: {k: v.detach().cpu().tolist() for k, v in tensors.items()}  # noqa: E731
+    t = time.perf_counter()
+    out = {"derived": derived, "metrics": as_lists(problem.evaluate()), "curves": module.curves,
+           "arrays": as_lists(problem.arrays())}
+    out["timings"] = {**timings, "eval_s": time.perf_counter() - t}
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return out

@@ -1,7 +1,7 @@
 """Sparse XOR: x ~ Unif{+-1}^d, y = -x_p x_q, labels flipped with probability eps.
 
-Every draw of a replica comes from that replica's own generator, in a fixed
-order, so a seed gives the same numbers whether it runs alone or beside others.
+Every draw of a replica comes from that replica's own generator
+(tasks.seeding), in a fixed order.
 """
 
 from __future__ import annotations
@@ -10,11 +10,6 @@ import itertools
 
 import torch
 from torch import Tensor
-
-
-def replica_generators(seed: int, n_seeds: int) -> list[torch.Generator]:
-    """One CPU generator per replica r, seeded seed + r."""
-    return [torch.Generator().manual_seed(seed + r) for r in range(n_seeds)]
 
 
 def draw_support(gen: torch.Generator, d: int) -> tuple[int, int]:

@@ -51,7 +51,11 @@ class GridSweeper(BasicSweeper):
     def job_overrides(self, arguments: List[str]) -> List[List[str]]:
         """The override list of every job: grid, then hydra.sweeper.params, then the command line."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        batches = self.split_arguments(parser.parse_overrides(arguments), None)
+        overrides = parser.parse_overrides(arguments)
+        for ov in overrides:  # e.g. task.d=range(5,5): name the key, not just "no jobs"
+            if ov.is_sweep_override() and not list(ov.sweep_string_iterator()):
+                raise ValueError(f"sweep of '{ov.get_key_element()}' is empty: an empty grid has no jobs")
+        batches = self.split_arguments(overrides, None)
         return [list(job) for batch in batches for job in batch]
 
     def sweep(self, arguments: List[str]) -> Any:

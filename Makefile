@@ -1,0 +1,44 @@
+# attnrepro: `make reproduce-figures` and `make test` install what they need first.
+PYTHON_BASE ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# torch goes in first, pinned: an unpinned torch pulls a multi-GB CUDA build.
+TORCH_SPEC  ?= torch==2.13.0
+PROFILE     ?= quick
+STAMP       := $(VENV)/.installed
+
+.PHONY: install test test-full reproduce-figures figures bench lint clean sync-wandb
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+test-full: install
+	$(PY) -m pytest -q -m ""
+
+reproduce-figures: install
+	$(PY) pipelines/reproduce.py --profile $(PROFILE)
+
+figures: install
+	$(PY) pipelines/figures.py --profile $(PROFILE)
+
+bench: install
+	$(PY) pipelines/bench.py
+
+lint: install
+	$(VENV)/bin/ruff check src pipelines tests
+
+sync-wandb: install
+	@ls -d outputs/wandb/offline-run-* >/dev/null 2>&1 || { echo "no offline W&B runs under outputs/wandb"; exit 0; }
+	$(VENV)/bin/wandb sync --include-offline outputs/wandb/offline-run-*
+
+clean:
+	rm -rf outputs/runs outputs/results outputs/figures outputs/report outputs/hydra outputs/theory outputs/bench

@@ -1,0 +1,108 @@
+"""Speed and memory benchmarks: `make bench`. Prints a table and writes outputs/bench/bench.json.
+
+Each case runs in its own process, so its peak resident memory is its own.
+
+  xor_one_step : one population gradient step, softmax attention, d = 4096,
+                 m = log2(d)^2 = 144, 40 seeds as replicas (float64):
+                 the bare step in plain torch, and the whole job through the
+                 pipeline (compose, build, Lightning, record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _median_time(fn, repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
+    import torch
+
+    from attnrepro.runs.grid import compose
+    from attnrepro.runs.job import run_job
+    from attnrepro.runs.keys import job_key
+    from attnrepro.runs.records import read_record, record_path
+
+    overrides = ["experiment=xor_phase_dm", f"task.d={d}", "model.m_c=1.0", f"n_seeds={n_seeds}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose([*overrides, f"paths.outputs={tmp}"])
+        t = time.perf_counter()
+        run_job(cfg)
+        job_s = time.perf_counter() - t
+        rec = read_record(record_path(tmp, cfg.experiment, job_key(cfg)))
+
+    from attnrepro.config import validate
+    from attnrepro.problems.sparse_xor import build
+    from attnrepro.tasks.seeding import replica_generators
+
+    obj = validate(cfg)
+    problem, derived = build(obj.task, obj.model, obj.train, replica_generators(0, n_seeds))
+    opt = torch.optim.SGD(problem.parameters(), lr=derived["eta"])
+
+    def step():
+        opt.zero_grad()
+        problem.accumulate(lambda loss: loss.backward())
+        opt.step()
+
+    step_s = _median_time(step, 7)
+    return {"case": f"one population step, d={d}, m={derived['m']}, {n_seeds} seeds",
+            "plain torch step (s)": step_s, "step per seed (ms)": 1e3 * step_s / n_seeds,
+            "pipeline job total (s)": job_s, "pipeline train_s (s)": rec["timings"]["train_s"],
+            "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+
+
+CASES = {"xor_one_step": case_xor_one_step}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=sorted(CASES), help="run one case in this process (internal)")
+    args = ap.parse_args()
+    if args.case:
+        print(json.dumps(CASES[args.case]()))
+        return 0
+    results = []
+    for name in CASES:
+        print(f"[bench] {name} ...", flush=True)
+        out = subprocess.run([sys.executable, __file__, "--case", name], cwd=ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stderr[-2000:])
+            return out.returncode
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for r in results:
+        print(f"\n{r['case']}")
+        for k, v in r.items():
+            if k != "case":
+                print(f"  {k:28s} {v:.4g}" if isinstance(v, float) else f"  {k:28s} {v}")
+    dest = Path(os.environ.get("ATTNREPRO_OUTPUTS", ROOT / "outputs")) / "bench" / "bench.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "results": results}, indent=1))
+    print(f"\nwritten {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Typed configuration: the schema behind every YAML file in conf/.
+
+Each config group option in conf/ extends a dataclass stored here in Hydra's
+ConfigStore (its defaults list names a ``*_schema`` entry), so Hydra rejects an
+unknown key or a value of the wrong type at composition time, naming it.
+Value ranges (d >= 2, m >= 1, a positive step size ...) are checked by
+:func:`validate`, which every job and the grid sweeper call before any work.
+
+Each paper's schemas live in their own module (sparse_xor.py, ...), which
+exports SCHEMAS (group -> {name: dataclass}), checks(cfg, need) and RESOLVERS.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from . import sparse_xor, tied
+
+PAPERS = [sparse_xor, tied]
+
+
+class Optimizer(str, Enum):
+    sgd = "sgd"
+    adam = "adam"
+    lbfgs = "lbfgs"
+
+
+class DType(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+@dataclass
+class TrainConfig:
+    """Full-batch training: ``steps`` steps of ``optimizer``.
+
+    Step size eta = eta0 * unit, where the unit is the model's natural scale
+    (models.xor_attention.step_unit: d^2 sqrt(m) for softmax attention,
+    m^2/d^2 for linear/erf attention; 1 otherwise). Early stop once every
+    seed has converged: relative objective change between logs < tol, or
+    gradient norm < tol_grad (0 disables each).
+    """
+
+    name: str = "one_step"
+    optimizer: Optimizer = Optimizer.sgd
+    steps: int = 1
+    eta0: float = 100.0
+    log_every: int = 1
+    chunk: int = 8192
+    dtype: DType = DType.float64
+    save_attention: bool = False
+    tol: float = 0.0
+    tol_grad: float = 0.0
+
+
+@dataclass
+class TrainerConfig:
+    """Passed to Lightning's Trainer. Not part of a job's key."""
+
+    accelerator: str = "auto"
+    devices: Any = 1
+
+
+@dataclass
+class LoggerConfig:
+    """Tracking. The JSON record under outputs/runs/ is always written."""
+
+    name: str = "csv"
+    project: str = "attnrepro"
+    mode: str = "auto"
+
+
+@dataclass
+class ProfileConfig:
+    """Grid size: smoke (CI), quick (laptop, default), paper (paper-size)."""
+
+    name: str = "quick"
+    n_seeds: int = 8
+
+
+@dataclass
+class PathsConfig:
+    outputs: str = "${oc.env:ATTNREPRO_OUTPUTS,outputs}"
+
+
+@dataclass
+class Config:
+    task: Any = MISSING
+    model: Any = MISSING
+    train: Any = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: Any = MISSING
+    profile: Any = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    experiment: str = "adhoc"
+    seed: int = 0
+    n_seeds: int = "${profile.n_seeds}"  # type: ignore[assignment]
+    # grid[profile] = {override key: list of values}; swept by the grid sweeper (-m).
+    grid: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+
+SCHEMAS = {
+    "train": {"train_schema": TrainConfig},
+    "logger": {"logger_schema": LoggerConfig},
+    "profile": {"profile_schema": ProfileConfig},
+}
+
+# The parts of a config that decide its numbers: a job's key hashes exactly these.
+SEMANTIC_KEYS = ("task", "model", "train", "seed", "n_seeds")
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore and register the resolvers, among them
+    `attnrepro.uid` (a per-process id that keeps two sweeps started in the same second apart)."""
+    uid = f"{os.getpid()}-{secrets.token_hex(2)}"
+    resolvers = {"attnrepro.uid": lambda: uid}
+    for paper in PAPERS:
+        resolvers.update(paper.RESOLVERS)
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for schemas in [SCHEMAS, *(paper.SCHEMAS for paper in PAPERS)]:
+        for group, entries in schemas.items():
+            for name, node in entries.items():
+                cs.store(group=group, name=name, node=node)
+
+
+class ConfigError(ValueError):
+    """A config value outside its allowed range; the message names the field."""
+
+
+def _checks(cfg: Any) -> List[str]:
+    """Range checks, as 'field: problem' strings. cfg is the object form of Config."""
+    errs: List[str] = []
+
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            errs.append(f"{key}: {msg}")
+
+    need(cfg.n_seeds >= 1, "n_seeds", f"must be >= 1, got {cfg.n_seeds}")
+    need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
+    train = cfg.train
+    need(train.steps >= 1, "train.steps", f"must be >= 1, got {train.steps}")
+    need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
+    need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
+    need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
+    need(train.tol >= 0 and train.tol_grad >= 0, "train.tol", "tolerances must be >= 0")
+    for paper in PAPERS:
+        paper.checks(cfg, need)
+    return errs
+
+
+def validate(cfg: DictConfig) -> Any:
+    """Resolve cfg to dataclasses and check every range; raise ConfigError naming each bad field."""
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except Exception as e:  # omegaconf names the key in its message
+        raise ConfigError(str(e)) from e
+    errs = _checks(obj)
+    if errs:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errs))
+    return obj

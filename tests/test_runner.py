@@ -1,0 +1,106 @@
+"""The job runner: replicas, keys, records, resume, recorded failures, config errors."""
+
+import json
+
+import pytest
+import torch
+
+from attnrepro.config import ConfigError
+from attnrepro.runs.fit import train
+from attnrepro.runs.grid import compose, experiments, grid_points
+from attnrepro.runs.job import run_job
+from attnrepro.runs.keys import job_key
+from attnrepro.runs.records import CorruptRecord, read_record, record_path
+
+REPLICA_CASES = {
+    "population GD, SGD": ["experiment=xor_attention_variants", "train.steps=15", "task.d=24"],
+    "erf, independent init": ["experiment=xor_attention_variants", "model=erf", "model.init=independent",
+                              "train.steps=15", "task.d=24"],
+    "samples, one step, chunked": ["experiment=xor_sample_complexity", "task.d=16", "task.n=300",
+                                   "train.chunk=128"],
+    "FFNN, Adam": ["experiment=xor_params_vs_ffnn", "task.d=12", "model.k=3", "train.steps=25"],
+}
+
+
+@pytest.mark.parametrize("case", list(REPLICA_CASES))
+def test_replicas_equal_separate_runs(job_config, case):
+    """Seeds 0..2 as replicas of one job end at the same parameters as three one-seed jobs."""
+    _, together = job_config(*REPLICA_CASES[case], "seed=0", "n_seeds=3")
+    joint = [p.detach().clone() for p in train(together, together.trainer)[0].parameters()]
+    for r in range(3):
+        _, alone = job_config(*REPLICA_CASES[case], f"seed={r}", "n_seeds=1")
+        single = list(train(alone, alone.trainer)[0].parameters())
+        for a, b in zip(joint, single):
+            torch.testing.assert_close(a[r], b[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("experiment", experiments())
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_every_experiment_config_composes_and_builds(experiment, profile):
+    """Every grid point of every experiment and profile composes, validates and builds its problem."""
+    from attnrepro.config import validate
+    from attnrepro.runs.fit import builder
+    from attnrepro.tasks.seeding import replica_generators
+
+    points = grid_points(experiment, profile)
+    assert points, "empty grid"
+    for overrides in (points[0], points[-1]):  # the grid's corners
+        obj = validate(compose(overrides))
+        small = obj.task.d <= 1024 and (obj.task.n or 0) <= 20000
+        if small:  # building the biggest problems costs memory, not information
+            problem, derived = builder(obj.task.name)(obj.task, obj.model, obj.train, replica_generators(0, 2))
+            assert derived["eta"] > 0 and problem.evaluate()
+
+
+def test_key_ignores_logger_and_paths_but_not_numbers(tmp_path):
+    base = ["experiment=xor_phase_dm"]
+    k = job_key(compose(base))
+    assert job_key(compose([*base, "logger=wandb", f"paths.outputs={tmp_path}", "trainer.accelerator=cpu"])) == k
+    assert job_key(compose([*base, "task.d=65"])) != k
+    assert job_key(compose([*base, "seed=1"])) != k
+    assert job_key(compose([*base, "n_seeds=3"])) != k
+
+
+def test_record_resume_and_corruption(job_config, capsys):
+    cfg, _ = job_config("experiment=xor_phase_dm", "task.d=32", "n_seeds=2")
+    assert run_job(cfg)["status"] == "complete"
+    path = record_path(cfg.paths.outputs, "xor_phase_dm", job_key(cfg))
+    rec = read_record(path)
+    assert rec["status"] == "complete" and len(rec["metrics"]["loss"]) == 2
+    assert rec["config"]["task"]["d"] == 32 and rec["versions"]["torch"]
+    assert run_job(cfg)["status"] == "skipped"  # resume: nothing to do
+    path.write_text(path.read_text()[: len(path.read_text()) // 2])  # a truncated record
+    with pytest.raises(CorruptRecord):
+        read_record(path)
+    assert run_job(cfg)["status"] == "complete"  # ... is run again
+    assert read_record(path)["metrics"] == rec["metrics"]  # same config, same numbers
+    assert not list(path.parent.glob(".record.*"))  # no temp files left
+
+
+def test_divergence_is_recorded_as_failed(job_config):
+    """Linear attention with a huge step blows up: the job is recorded failed with its reason."""
+    cfg, _ = job_config("experiment=xor_attention_variants", "model=linear", "train.eta0=1e6", "task.d=16")
+    assert run_job(cfg)["status"] == "failed"
+    rec = json.loads(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)).read_text())
+    assert rec["status"] == "failed" and "Divergence" in rec["reason"] and "non-finite" in rec["reason"]
+
+
+@pytest.mark.parametrize("override,field", [
+    ("task.d=1", "task.d"), ("model.m=0", "model.m"), ("train.eta0=0", "train.eta0"),
+    ("train.eta0=-1", "train.eta0"), ("n_seeds=0", "n_seeds"), ("task.noise=0.5", "task.noise"),
+    ("task.n=0", "task.n"),
+])
+def test_impossible_values_name_the_field(job_config, override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        job_config("experiment=xor_phase_dm", override)
+
+
+@pytest.mark.parametrize("override,words", [
+    ("model.attention=sofmax", ["sofmax", "attention"]),
+    ("task.dd=3", ["dd"]),
+    ("task.d=abc", ["abc", "d"]),
+])
+def test_bad_override_fails_at_composition(override, words):
+    with pytest.raises(Exception) as err:
+        compose(["experiment=xor_phase_dm", override])
+    assert all(w in str(err.value) for w in words)
