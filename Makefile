@@ -28,7 +28,7 @@ reproduce-figures: install
 	$(PY) pipelines/reproduce.py --profile $(PROFILE)
 
 figures: install
-	$(PY) pipelines/figures.py --profile $(PROFILE)
+	$(PY) pipelines/figures.py
 
 bench: install
 	$(PY) pipelines/bench.py
@@ -36,9 +36,13 @@ bench: install
 lint: install
 	$(VENV)/bin/ruff check src pipelines tests
 
+# Offline W&B runs (logger=wandb without a login) are in <outputs>/wandb/offline-run-*; runs
+# uploaded before are skipped by `wandb sync`.
+WANDB_RUNS  = $(or $(ATTNREPRO_OUTPUTS),outputs)/wandb
 sync-wandb: install
-	@ls -d outputs/wandb/offline-run-* >/dev/null 2>&1 || { echo "no offline W&B runs under outputs/wandb"; exit 0; }
-	$(VENV)/bin/wandb sync --include-offline outputs/wandb/offline-run-*
+	@if ls -d $(WANDB_RUNS)/offline-run-* >/dev/null 2>&1; then \
+	  $(VENV)/bin/wandb sync $(WANDB_RUNS)/offline-run-*; \
+	else echo "no offline W&B runs under $(WANDB_RUNS)"; fi
 
 clean:
 	rm -rf outputs/runs outputs/results outputs/figures outputs/report outputs/hydra outputs/theory outputs/bench

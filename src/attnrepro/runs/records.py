@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TextIO
 
 SCHEMA = 1
 REQUIRED = ("schema", "key", "experiment", "status", "config")
@@ -26,19 +26,28 @@ def record_path(outputs: str | Path, experiment: str, key: str) -> Path:
     return Path(outputs) / "runs" / experiment / key / "record.json"
 
 
-def write_record(path: Path, record: dict) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: never a half record."""
+def atomic_write(path: Path, write: Callable[[TextIO], None], newline: str | None = None) -> None:
+    """write(f) into a unique temp file beside path, fsync, then rename onto path.
+
+    Readers see the old file or the new one, never a half one, and two processes
+    writing the same path at once each rename a complete file of their own.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, allow_nan=True)
+        with os.fdopen(fd, "w", newline=newline) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write atomically (temp file in the same folder, fsync, rename): never a half record."""
+    atomic_write(path, lambda f: json.dump(record, f, allow_nan=True))
 
 
 def read_record(path: Path) -> dict:

@@ -1,0 +1,93 @@
+"""The one generic path from records to a figure, and the registry of figure specs.
+
+A figure is a small spec: the experiments it reads (sources), a caption, and three
+functions -- table(data) builds the tidy table behind it from the sources' frames,
+plot(table) draws it, claims(table) tests the paper's claims on it. Aggregation
+calls only ``table``; the figure stage reads the saved table and calls ``plot`` and
+``claims``. Each paper's figures live in their own module (FIGURE_MODULES), which
+registers its specs on import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .claims import Claim
+from .tables import ExperimentData
+
+FIGURE_MODULES = ("attnrepro.analysis.figures_xor",)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str
+    sources: tuple[str, ...]
+    caption: str
+    table: Callable[[Mapping[str, ExperimentData]], pd.DataFrame]
+    plot: Callable[[pd.DataFrame], Figure]
+    claims: Callable[[pd.DataFrame], list[Claim]]
+
+
+REGISTRY: dict[str, FigureSpec] = {}
+
+
+def register(spec: FigureSpec) -> FigureSpec:
+    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
+        raise ValueError(f"figure {spec.name!r} registered twice")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def specs(names: Sequence[str] | None = None) -> list[FigureSpec]:
+    """The registered specs (all, or those named, in the given order); unknown names raise."""
+    for module in FIGURE_MODULES:
+        importlib.import_module(module)
+    if not names:
+        return list(REGISTRY.values())
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise KeyError(f"unknown figure(s) {unknown}; known: {sorted(REGISTRY)}")
+    return [REGISTRY[n] for n in names]
+
+
+def error_text(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=6))
+
+
+@dataclass
+class Rendered:
+    """A spec drawn from its table: the figure, its claims, and the error text of any step that failed."""
+
+    spec: FigureSpec
+    figure: Figure | None
+    claims: list[Claim] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
+    """plot and claims of a spec on its table; an empty or absent table gives a placeholder
+    figure and the claims' 'not enough data' rows. A failing step is reported, not raised."""
+    from .plotting import placeholder
+
+    out = Rendered(spec, None)
+    if table is None:
+        try:
+            table = spec.table({})  # the empty table, with the spec's columns
+        except Exception:
+            table = pd.DataFrame()
+    try:
+        out.figure = spec.plot(table) if not table.empty else placeholder(spec.name, "no data: run the sweep")
+    except Exception as e:
+        out.errors.append(f"plot: {error_text(e)}")
+        out.figure = placeholder(spec.name, f"plot failed: {type(e).__name__}")
+    try:
+        out.claims = list(spec.claims(table))
+    except Exception as e:
+        out.errors.append(f"claims: {error_text(e)}")
+    return out

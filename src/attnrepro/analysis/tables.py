@@ -1,0 +1,230 @@
+"""Job records -> tidy pandas frames, and the status of an experiment's sweep.
+
+Frames (one per experiment, built from the complete records of the profile's grid):
+
+- final:  one row per (key, replica) with columns experiment, key, replica (seed
+  index r in the job), seed (= config.seed + r), n_seeds, the flattened config
+  (``task.d``, ``model.m_c``, ``model.attention``, ``train.steps`` ...), the derived
+  quantities (``m``, ``eta``, ``n_params``; ``p``, ``q`` per replica) and one column
+  per final metric;
+- curves: one row per (key, replica, step): the same identity columns, ``step`` and
+  one column per logged curve;
+- arrays: one row per (key, replica, position): identity columns, ``position`` and
+  one column per saved array (e.g. ``gamma_init``, ``gamma``).
+
+A record that cannot be read, or whose lists do not have one entry per replica, is
+listed as corrupt in the status; it never stops the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from ..runs.records import CorruptRecord, scan
+
+ID_COLUMNS = ("experiment", "key", "replica", "seed", "n_seeds")
+
+
+@dataclass
+class ExperimentData:
+    """The frames of one experiment plus its sweep status (see :func:`status_summary`)."""
+
+    experiment: str
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    arrays: pd.DataFrame
+    status: dict = field(default_factory=dict)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{'task': {'d': 8}} -> {'task.d': 8}; lists are kept as values."""
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def identity(record: dict) -> dict:
+    """Columns shared by every row of a job: experiment, key, n_seeds and the flattened config
+    (config.seed becomes ``base_seed``; the per-row ``seed`` is base_seed + replica)."""
+    cfg = dict(record["config"])
+    base = cfg.pop("seed", 0)
+    n_seeds = cfg.pop("n_seeds", None)
+    return {"experiment": record["experiment"], "key": record["key"], "n_seeds": n_seeds,
+            "base_seed": base, **flatten(cfg)}
+
+
+def _per_replica(values: Any, n: int, what: str) -> list:
+    """A list with one entry per replica (a scalar is broadcast); else CorruptRecord."""
+    if isinstance(values, list):
+        if len(values) != n:
+            raise CorruptRecord(f"{what}: {len(values)} values for {n} replicas")
+        return values
+    return [values] * n
+
+
+def _n_replicas(record: dict) -> int:
+    n = record["config"].get("n_seeds")
+    if isinstance(n, int) and n >= 1:
+        return n
+    lengths = {len(v) for v in record.get("metrics", {}).values() if isinstance(v, list)}
+    if len(lengths) != 1:
+        raise CorruptRecord("cannot tell the number of replicas")
+    return lengths.pop()
+
+
+def final_rows(record: dict) -> pd.DataFrame:
+    """One row per replica: identity, derived quantities, final metrics."""
+    n = _n_replicas(record)
+    cols = {k: [v] * n for k, v in identity(record).items()}
+    cols["replica"] = list(range(n))
+    cols["seed"] = [cols["base_seed"][0] + r for r in range(n)]
+    for k, v in record.get("derived", {}).items():
+        cols[k] = _per_replica(v, n, f"derived.{k}")
+    for k, v in record["metrics"].items():
+        cols[k] = _per_replica(v, n, f"metrics.{k}")
+    return pd.DataFrame(cols)
+
+
+def curve_rows(record: dict) -> pd.DataFrame:
+    """One row per (replica, logged step): identity, step, curve values."""
+    curves = record.get("curves") or {}
+    steps = curves.get("step", [])
+    if not steps:
+        return pd.DataFrame()
+    n = _n_replicas(record)
+    rows = {"replica": [r for _ in steps for r in range(n)], "step": [s for s in steps for _ in range(n)]}
+    for name, per_step in curves.items():
+        if name == "step":
+            continue
+        if len(per_step) != len(steps):
+            raise CorruptRecord(f"curves.{name}: {len(per_step)} steps, expected {len(steps)}")
+        rows[name] = [v for vals in per_step for v in _per_replica(vals, n, f"curves.{name}")]
+    return _with_identity(pd.DataFrame(rows), record)
+
+
+def array_rows(record: dict) -> pd.DataFrame:
+    """One row per (replica, position): identity, position, one column per array."""
+    arrays = record.get("arrays") or {}
+    if not arrays:
+        return pd.DataFrame()
+    n = _n_replicas(record)
+    parts = []
+    for r in range(n):
+        cols = {name: pd.Series(_per_replica(v, n, f"arrays.{name}")[r], dtype=float)
+                for name, v in arrays.items()}
+        part = pd.concat(cols, axis=1)
+        part.insert(0, "position", range(len(part)))
+        part.insert(0, "replica", r)
+        parts.append(part)
+    return _with_identity(pd.concat(parts, ignore_index=True), record)
+
+
+def _with_identity(df: pd.DataFrame, record: dict) -> pd.DataFrame:
+    ident = identity(record)
+    for k, v in reversed(list(ident.items())):
+        df.insert(0, k, [v] * len(df))
+    df.insert(df.columns.get_loc("replica") + 1, "seed", df["base_seed"] + df["replica"])
+    return df
+
+
+def frames(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[dict]]:
+    """(final, curves, arrays, bad): the three frames of these records and, as bad, the
+    records whose content does not fit the format ({'key', 'error'})."""
+    finals, curves, arrays, bad = [], [], [], []
+    for rec in records:
+        try:
+            parts = final_rows(rec), curve_rows(rec), array_rows(rec)
+        except (CorruptRecord, KeyError, TypeError, ValueError) as e:
+            bad.append({"key": rec.get("key"), "error": f"{type(e).__name__}: {e}"})
+            continue
+        finals.append(parts[0])
+        curves.append(parts[1])
+        arrays.append(parts[2])
+    return _concat(finals), _concat(curves), _concat(arrays), bad
+
+
+def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+    dfs = [d for d in dfs if not d.empty]
+    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+
+def expected(experiment: str, profile: str) -> tuple[list[tuple[list[str], str]] | None, dict, str]:
+    """(expected jobs or None, the profile's grid, error message): what the sweep should have run."""
+    from omegaconf import OmegaConf
+
+    from ..runs import grid
+
+    try:
+        jobs = grid.expected_jobs(experiment, profile)
+        cfg = grid.compose([f"experiment={experiment}", f"profile={profile}"])
+        spec = OmegaConf.to_container(cfg.grid, resolve=False).get(profile, {})
+        return jobs, spec, ""
+    except Exception as e:  # a broken conf must not hide the records we have
+        return None, {}, f"{type(e).__name__}: {e}"
+
+
+def _check_key(path: Path, rec: dict | CorruptRecord) -> dict | CorruptRecord:
+    """A record whose key field is not its folder's name is corrupt (copied or edited by hand)."""
+    if isinstance(rec, dict) and rec["key"] != path.parent.name:
+        return CorruptRecord(f"{path}: key field {rec['key']!r} does not match its folder")
+    return rec
+
+
+def load_experiment(outputs: str | Path, experiment: str, profile: str) -> ExperimentData:
+    """Frames of the experiment's complete records in the profile's grid, and its status:
+
+    status = {experiment, profile, grid, expected, complete, failed: [{key, overrides, reason}],
+    corrupt: [{key, path, error}], missing: [{key, overrides}], other (records of the
+    experiment not in this profile's grid: ignored), grid_error, example_config}.
+    When the grid cannot be expanded (grid_error), every complete record is used.
+    """
+    jobs, grid_spec, grid_error = expected(experiment, profile)
+    want = None if jobs is None else {key: ov for ov, key in jobs}
+    scanned = {path.parent.name: (path, _check_key(path, rec)) for path, rec in scan(outputs, experiment)}
+    order = list(want) if want is not None else sorted(scanned)  # lists follow the grid's order
+    found: dict[str, Any] = {k: scanned[k] for k in order if k in scanned}
+    other = len(scanned) - len(found)
+    complete = [rec for _, rec in found.values() if isinstance(rec, dict) and rec["status"] == "complete"]
+    final, curves, arrays, bad = frames(complete)
+    bad_keys = {b["key"] for b in bad}
+
+    def overrides(key: str, rec: dict) -> list[str]:
+        return (want or {}).get(key) or rec.get("overrides", [])
+
+    status = {
+        "experiment": experiment, "profile": profile, "grid": grid_spec, "grid_error": grid_error,
+        "expected": len(want) if want is not None else None,
+        "complete": len(complete) - len(bad),
+        "failed": [{"key": k, "overrides": overrides(k, r), "reason": r.get("reason", "")}
+                   for k, (_, r) in found.items()
+                   if isinstance(r, dict) and r["status"] != "complete"],
+        "corrupt": [{"key": k, "path": str(p), "error": str(r)} for k, (p, r) in found.items()
+                    if isinstance(r, CorruptRecord)]
+        + [{"key": b["key"], "path": str(found[b["key"]][0]), "error": b["error"]} for b in bad],
+        "missing": [{"key": k, "overrides": ov} for k, ov in (want or {}).items()
+                    if k not in found],
+        "other": other,
+        "example_config": next(({"overrides": r.get("overrides", []), "config": r["config"]}
+                                for r in complete if r["key"] not in bad_keys), None),
+    }
+    return ExperimentData(experiment, final, curves, arrays, status)
+
+
+def status_line(status: dict) -> str:
+    """'xor_phase_dm: 34/36 complete, 1 failed, 0 corrupt, 1 missing' (+ records of other grids)."""
+    exp = status.get("expected")
+    line = (f"{status['experiment']}: {status['complete']}/{exp if exp is not None else '?'} complete, "
+            f"{len(status['failed'])} failed, {len(status['corrupt'])} corrupt, "
+            f"{len(status['missing'])} missing")
+    if status.get("other"):
+        line += f", {status['other']} records not in this profile's grid (other profile or config) ignored"
+    return line

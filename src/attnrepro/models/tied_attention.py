@@ -1,0 +1,122 @@
+"""Tied single-head attention students of paper B, replicated over seeds (leading axis R).
+
+Query = key = W in R^{p x d}, value = identity. The student's attention on tokens
+X in R^{T x d} is A_hat = softmax_rows(beta h(S)), with h as in
+tasks.attention_indexed.preactivations, and its output is A_hat (seq2lab) or
+A_hat X (seq2seq). Two parametrisations of S:
+
+- factorized: S = W^T W / sqrt(p d), penalty (lambda/2) ||W||_F^2
+  = (lambda/2) sqrt(p d) Tr S (a nuclear norm on S, which is PSD);
+- direct: S symmetric, penalty (lambda/2) c ||S||_F^2 with c = sqrt(p d).
+
+Why c = sqrt(p d): both penalties are then (lambda/2) sqrt(p d) sum_i f(s_i) over the
+eigenvalues s_i of S, f(s) = |s| (factorized) or s^2 (direct), so lambda carries the
+same prefactor per unit of S and the two agree on eigenvalues 0 and 1; in the
+theory's units both have lambda~ = sqrt(kappa) lambda, i.e. (lambda~/2) d Tr S
+and (lambda~/2) d ||S||_F^2. For the direct model kappa (p) sets only this
+constant and the scale of the trained tensor below.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..tasks.attention_indexed import attention, output, preactivations
+
+
+class TiedAttention(nn.Module):
+    """Shared part: A_hat = softmax_rows(beta h(S)) and the output; subclasses define S and the penalty."""
+
+    def __init__(self, d: int, p: int, beta: float, lam: float, out: str):
+        super().__init__()
+        self.d, self.p, self.beta, self.lam, self.out = d, p, beta, lam, out
+
+    def S(self) -> Tensor:
+        """The learned S, (R, d, d)."""
+        raise NotImplementedError
+
+    def penalty(self) -> Tensor:
+        """The weight-decay term of the objective, (R,)."""
+        raise NotImplementedError
+
+    def preactivations(self, X: Tensor) -> Tensor:
+        """h(S) for tokens X (R, n, T, d) -> (R, n, T, T), forming S and X S once: O(n T d^2).
+
+        For the factorized model the route through z_a = W x_a costs O(n T p d), but on CPU at
+        kappa = 0.5 it measured ~25% slower (the backward of its (T x p)(p x T) products)."""
+        return preactivations(X, self.S())
+
+    def attention(self, X: Tensor) -> Tensor:
+        """A_hat = softmax_rows(beta h(S)), (R, n, T, T)."""
+        return attention(self.preactivations(X), self.beta)
+
+    def forward(self, X: Tensor) -> Tensor:
+        """A_hat (seq2lab, (R, n, T, T)) or A_hat X (seq2seq, (R, n, T, d))."""
+        return output(self.attention(X), X, self.out)
+
+
+class FactorizedTiedAttention(TiedAttention):
+    """S = W^T W / sqrt(p d), W (R, p, d); penalty (lambda/2) ||W||_F^2 = (lambda/2) sqrt(p d) Tr S."""
+
+    def __init__(self, W: Tensor, beta: float, lam: float, out: str):
+        super().__init__(W.shape[-1], W.shape[-2], beta, lam, out)
+        self.W = nn.Parameter(W)
+
+    @classmethod
+    def draw(cls, gens: list[torch.Generator], d: int, p: int, beta: float, lam: float, out: str,
+             init_scale: float = 1.0, dtype=torch.float64) -> "FactorizedTiedAttention":
+        """W(0) entries i.i.d. N(0, init_scale^2), one (p, d) draw per replica generator."""
+        W = torch.stack([init_scale * torch.randn(p, d, generator=g, dtype=torch.float64) for g in gens])
+        return cls(W.to(dtype), beta, lam, out)
+
+    def S(self) -> Tensor:
+        return self.W.transpose(-1, -2) @ self.W / math.sqrt(self.p * self.d)
+
+    def penalty(self) -> Tensor:
+        return 0.5 * self.lam * (self.W**2).sum((-1, -2))
+
+
+class DirectTiedAttention(TiedAttention):
+    """S = sym(A) / sqrt(p d), sym(A) = (A + A^T)/2, A (R, d, d) the trained tensor;
+    penalty (lambda/2) sqrt(p d) ||S||_F^2.
+
+    S stays symmetric for any A. A(0) is symmetric (i.i.d. N(0, init_scale^2) on and
+    above the diagonal), and the gradient in A is symmetric, so an element-wise
+    optimiser keeps A = A^T. The scale sqrt(p d) makes A's entries the size of those
+    of sqrt(p d) S, as in the authors' direct runs, so that Adam's step on S is
+    eta / sqrt(p d).
+    """
+
+    def __init__(self, A: Tensor, p: int, beta: float, lam: float, out: str):
+        super().__init__(A.shape[-1], p, beta, lam, out)
+        self.A = nn.Parameter(A)
+
+    @classmethod
+    def draw(cls, gens: list[torch.Generator], d: int, p: int, beta: float, lam: float, out: str,
+             init_scale: float = 1.0, dtype=torch.float64) -> "DirectTiedAttention":
+        """A(0) symmetric, entries on and above the diagonal i.i.d. N(0, init_scale^2)."""
+        As = []
+        for g in gens:
+            a = torch.triu(init_scale * torch.randn(d, d, generator=g, dtype=torch.float64))
+            As.append(a + torch.triu(a, 1).T)
+        return cls(torch.stack(As).to(dtype), p, beta, lam, out)
+
+    def S(self) -> Tensor:
+        return 0.5 * (self.A + self.A.transpose(-1, -2)) / math.sqrt(self.p * self.d)
+
+    def penalty(self) -> Tensor:
+        return 0.5 * self.lam * math.sqrt(self.p * self.d) * (self.S() ** 2).sum((-1, -2))
+
+
+MODELS = {"factorized": FactorizedTiedAttention, "direct": DirectTiedAttention}
+
+
+def draw_student(param: str, gens: list[torch.Generator], d: int, p: int, beta: float, lam: float,
+                 out: str, init_scale: float = 1.0, dtype=torch.float64) -> TiedAttention:
+    """The student of parametrisation `param` (factorized | direct), drawn from the replica generators."""
+    if param not in MODELS:
+        raise ValueError(f"param must be one of {sorted(MODELS)}, got {param!r}")
+    return MODELS[param].draw(gens, d, p, beta, lam, out, init_scale, dtype)

@@ -1,0 +1,208 @@
+"""Tied single-head attention on the attention-indexed model (paper B): data, objective, metrics.
+
+Objective per replica (loss summed over samples, as SPEC):
+
+    L(S) = sum_mu 1/2 ||out_hat(X_mu) - y_mu||_F^2 + penalty,
+
+out_hat = A_hat (seq2lab) or A_hat X (seq2seq), y_mu the noisy label. Metrics
+(evaluate(), one value per replica, no gradient):
+
+- train_loss: (1/n) sum_mu 1/2 ||out_hat - y||_F^2, without the penalty;
+- objective: L(S), with the penalty;
+- val_error: (1/n_val) sum_mu ||out_hat - y||_F^2 on held-out samples noisy like training
+  (for cross-validating lambda);
+- test_error: E ||out_hat(X) - out0(X)||_F^2 on n_test fresh noiseless samples,
+  out0 = A0 or A0 X;
+- attention_error (seq2seq only): E ||A_hat(X) - A0(X)||_F^2 on the same test samples;
+- estimation_error: ||S - S0||_F^2 / d = Q0 - 2m + q, with q = ||S||_F^2 / d and
+  m = Tr(S S0) / d (also reported);
+- rank_collapse: fraction of eigenvalues of S with |s_i| <= 1e-3 max_j |s_j|;
+- e_approx, e_under, e_over, e_coupling, n_recovered: the decomposition of the estimation
+  error along S0's eigenspaces (problems.tied_decomposition; the four terms add up to it).
+
+seq2seq normalisation: train_loss, val_error and test_error are divided by d
+(the label A0 X has T d entries of size O(1)); since the tokens are nearly
+orthogonal with |x_a|^2 ~ d, ||(A_hat - A0) X||_F^2 / d = ||A_hat - A0||_F^2 (1 + O(d^-1/2)),
+so these match the seq2lab numbers. The objective is the raw sum, as SPEC writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..models.tied_attention import TiedAttention, draw_student
+from .tied_decomposition import decompose
+from ..tasks import attention_indexed as AI
+
+Backward = Optional[Callable[[Tensor], None]]
+
+COLLAPSE_THRESHOLD = 1e-3  # an eigenvalue counts as collapsed when |s| <= this times the largest |s|
+
+
+class SampleSet(nn.Module):
+    """Per replica: tokens X (R, n, T, d) and target attention A (R, n, T, T), as buffers.
+
+    A = softmax_rows(beta0 (h(S0) + xi)), with the noise of its set (none for the test set).
+    """
+
+    def __init__(self, X: Tensor, A: Tensor):
+        super().__init__()
+        self.register_buffer("X", X)
+        self.register_buffer("A", A)
+
+    @classmethod
+    def draw(cls, gens: list[torch.Generator], S0: Tensor, n: int, T: int, Delta: float, beta0: float,
+             dtype=torch.float64) -> "SampleSet":
+        """n samples per replica r from gens[r] and its target S0[r]."""
+        draws = [AI.draw_samples(g, s0, n, T, Delta, beta0, dtype) for g, s0 in zip(gens, S0, strict=True)]
+        return cls(torch.stack([x for x, _ in draws]), torch.stack([a for _, a in draws]))
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[1]
+
+    def chunks(self, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """(X, A) over consecutive blocks of at most `size` samples."""
+        for i in range(0, self.n, size):
+            yield self.X[:, i:i + size], self.A[:, i:i + size]
+
+
+def eigh_descending(S: Tensor) -> tuple[Tensor, Tensor]:
+    """Eigenvalues (..., d) in decreasing order and the matching eigenvectors as columns (..., d, d)."""
+    vals, vecs = torch.linalg.eigh(S)
+    return vals.flip(-1), vecs.flip(-1)
+
+
+class TiedAttentionProblem(nn.Module):
+    """A tied-attention student trained on the attention-indexed model; see the module docstring."""
+
+    def __init__(self, model: TiedAttention, S0: Tensor, train: SampleSet, val: SampleSet, test: SampleSet,
+                 chunk: int, n_top: int):
+        super().__init__()
+        self.model, self.train_set, self.val_set, self.test_set = model, train, val, test
+        self.chunk, self.n_top = chunk, n_top
+        self.register_buffer("S0", S0.to(torch.float64))
+        vals, vecs = torch.linalg.eigh(self.S0)
+        order = torch.sort(vals.abs(), dim=-1, descending=True, stable=True).indices
+        self.register_buffer("target_eigenvalues", vals.gather(-1, order))
+        vecs = vecs.gather(-1, order[:, None, :].expand_as(vecs))
+        self.register_buffer("target_vectors", vecs[..., :n_top])
+        self.norm = float(model.d) if model.out == "seq2seq" else 1.0
+
+    def _sq_error(self, X: Tensor, A: Tensor, attention_only: bool = False) -> Tensor:
+        """||out_hat(X) - out(A, X)||_F^2 per replica, summed over the samples of the block:
+        out = A or A X; the seq2seq residual is (A_hat - A) X. attention_only: ||A_hat - A||_F^2."""
+        D = self.model.attention(X) - A
+        if self.model.out == "seq2seq" and not attention_only:
+            D = D @ X
+        return (D**2).sum((-3, -2, -1))
+
+    def _sum(self, data: SampleSet, weight: float = 1.0, backward: Backward = None,
+             attention_only: bool = False) -> Tensor:
+        """weight * sum_mu ||out_hat - y||_F^2 per replica, `chunk` samples at a time; with `backward`,
+        gradients accumulate chunk by chunk (memory O(chunk T d))."""
+        total = torch.zeros(data.X.shape[0], dtype=data.X.dtype, device=data.X.device)
+        for X, A in data.chunks(self.chunk):
+            with torch.set_grad_enabled(backward is not None):
+                err = weight * self._sq_error(X, A, attention_only)
+                if backward is not None:
+                    backward(err.sum())
+            total += err.detach()
+        return total
+
+    def accumulate(self, backward: Backward) -> Tensor:
+        """The objective sum_mu 1/2 ||out_hat - y||_F^2 + penalty, (R,); gradients via backward."""
+        fit = self._sum(self.train_set, 0.5, backward)
+        with torch.set_grad_enabled(backward is not None):
+            penalty = self.model.penalty()
+            if backward is not None:
+                backward(penalty.sum())
+        return fit + penalty.detach()
+
+    def mean_error(self, data: SampleSet) -> Tensor:
+        """(1/n) sum_mu ||out_hat - y||_F^2 over a sample set, divided by d for seq2seq."""
+        return self._sum(data) / (data.n * self.norm)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Tensor]:
+        fit = self._sum(self.train_set, 0.5)
+        S = self.model.S().to(torch.float64)
+        d = S.shape[-1]
+        s = torch.linalg.eigvalsh(S).abs()
+        dtype = fit.dtype
+        out = {
+            "train_loss": fit / (self.train_set.n * self.norm),
+            "objective": fit + self.model.penalty(),
+            "val_error": self.mean_error(self.val_set),
+            "test_error": self.mean_error(self.test_set),
+            "estimation_error": (((S - self.S0) ** 2).sum((-1, -2)) / d).to(dtype),
+            "q": ((S**2).sum((-1, -2)) / d).to(dtype),
+            "m": ((S * self.S0).sum((-1, -2)) / d).to(dtype),
+            "rank_collapse": (s <= COLLAPSE_THRESHOLD * s.amax(-1, keepdim=True)).to(dtype).mean(-1),
+        }
+        terms = decompose(S, self.target_vectors, self.target_eigenvalues[:, : self.n_top])
+        out.update({k: v.to(dtype) for k, v in terms.items()})
+        if self.model.out == "seq2seq":
+            out["attention_error"] = self._sum(self.test_set, attention_only=True) / self.test_set.n
+        return out
+
+    @torch.no_grad()
+    def arrays(self) -> dict[str, Tensor]:
+        """Spectra and overlaps, each (R, .), for u_i the eigenvector of S0's eigenvalue lambda_i(S0)
+        of i-th largest modulus, i < n_top (the rank of S0):
+
+        - eigenvalues: S's eigenvalues, decreasing (R, d);
+        - target_eigenvalues: S0's, by decreasing modulus (decreasing for the PSD targets) (R, d);
+        - overlap_quadratic: u_i^T S u_i / lambda_i(S0) (1 when S acts on u_i as S0 does);
+        - overlap_subspace: |P u_i|^2, P the projector onto the span of S's eigenvectors with
+          eigenvalue > 1e-3 max_j |s_j| (the part of S that did not collapse); 1 = u_i fully inside.
+        """
+        S = self.model.S().to(torch.float64)
+        vals, vecs = eigh_descending(S)
+        U = self.target_vectors
+        quad = torch.einsum("rdi,rde,rei->ri", U, S, U) / self.target_eigenvalues[:, : self.n_top]
+        keep = (vals > COLLAPSE_THRESHOLD * vals.abs().amax(-1, keepdim=True)).to(vals.dtype)
+        proj = (vecs.transpose(-1, -2) @ U) ** 2  # (R, d, n_top): (v_j . u_i)^2
+        return {
+            "eigenvalues": vals,
+            "target_eigenvalues": self.target_eigenvalues,
+            "overlap_quadratic": quad,
+            "overlap_subspace": (keep[..., None] * proj).sum(-2),
+        }
+
+
+def target_rank(task) -> int:
+    """The rank of S0: min(p0, d) (Wishart), d (power law), the number of nonzero eigenvalues (explicit)."""
+    if task.target.value == "wishart":
+        return min(task.p0(), task.d)
+    if task.target.value == "power_law":
+        return task.d
+    return sum(1 for v in task.eigenvalues if v != 0)
+
+
+def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
+    """The problem for (task, model, train) configs, and the derived quantities to record.
+
+    Draw order per replica (its own generator): S0, the student's init, the test set,
+    the validation set, the training set; so a sweep over alpha keeps the target, the
+    init and the held-out sets of each seed.
+    """
+    if model_cfg.name != "tied_attention":
+        raise ValueError(f"model.name {model_cfg.name!r} does not fit task {task.name!r}")
+    dtype = getattr(torch, train.dtype.value)
+    d, T, n, p = task.d, task.T, task.n(), model_cfg.p(task.d)
+    S0 = torch.stack([AI.draw_target(g, d, task.target.value, task.kappa0, task.gamma, task.eigenvalues)
+                      for g in gens])
+    model = draw_student(model_cfg.param.value, gens, d, p, model_cfg.beta, model_cfg.lam, task.output.value,
+                         model_cfg.init_scale, dtype)
+    test = SampleSet.draw(gens, S0, task.n_test, T, 0.0, task.beta0, dtype)
+    val = SampleSet.draw(gens, S0, task.n_val, T, task.Delta, task.beta0, dtype)
+    train_set = SampleSet.draw(gens, S0, n, T, task.Delta, task.beta0, dtype)
+    problem = TiedAttentionProblem(model, S0, train_set, val, test, train.chunk, target_rank(task))
+    n_params = p * d if model_cfg.param.value == "factorized" else d * (d + 1) // 2
+    derived = {"eta": train.eta0, "n": n, "p": p, "p0": target_rank(task), "n_params": n_params,
+               "Q0": ((S0**2).sum((-1, -2)) / d).tolist()}
+    return problem, derived

@@ -1,0 +1,115 @@
+"""Helpers of the end-to-end tests: run pipelines/train.py in a subprocess, read its records back."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from attnrepro.runs.records import CorruptRecord, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "pipelines" / "train.py"
+
+# pipelines/train.py with every job slowed by argv[1] seconds (before its training starts),
+# so that a test can kill a sweep between its first record and its last.
+SLOW_TRAIN = """
+import runpy, sys, time
+import attnrepro.runs.fit as fit_module
+delay, real_fit = float(sys.argv[1]), fit_module.fit
+def slow_fit(*args, **kwargs):
+    time.sleep(delay)
+    return real_fit(*args, **kwargs)
+fit_module.fit = slow_fit
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+# "[experiment] job 3/6 <overrides>: complete in 0.2s (<key>)", or ": done before, skipped (<key>)"
+JOB_LINE = re.compile(r": (complete|done before, skipped|FAILED \(.*\))(?: in [\d.]+s)? \(([0-9a-f]{16})\)$")
+
+
+def train_env(outputs: Path, **extra: str) -> dict:
+    """The environment of a training subprocess: outputs under `outputs`, no inherited W&B or
+    attnrepro settings, one thread (the test machines are small)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ATTNREPRO_"))}
+    env.update(ATTNREPRO_OUTPUTS=str(outputs), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **wandb_dirs(outputs))
+    env.update(extra)
+    return env
+
+
+def wandb_dirs(root: Path) -> dict:
+    """W&B's config, cache and data (artifact staging) folders under root, not under $HOME."""
+    return {f"WANDB_{what.upper()}_DIR": str(root / f".wandb-{what}") for what in ("config", "cache", "data")}
+
+
+def train_cmd(*overrides: str, multirun: bool = True, slow_s: float = 0.0) -> list[str]:
+    """The command line of pipelines/train.py (-m unless multirun=False), optionally slowed."""
+    args = [*(["-m"] if multirun else []), *overrides]
+    if slow_s:
+        return [sys.executable, "-c", SLOW_TRAIN, str(slow_s), str(TRAIN), *args]
+    return [sys.executable, str(TRAIN), *args]
+
+
+def run_train(outputs: Path, *overrides: str, multirun: bool = True, env: dict | None = None,
+              timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run pipelines/train.py to the end; stdout and stderr captured as text."""
+    return subprocess.run(train_cmd(*overrides, multirun=multirun), cwd=ROOT, capture_output=True, text=True,
+                          env=train_env(outputs, **(env or {})), timeout=timeout)
+
+
+def start_train(outputs: Path, *overrides: str, multirun: bool = True, slow_s: float = 0.0,
+                env: dict | None = None) -> subprocess.Popen:
+    """Start pipelines/train.py without waiting; its output goes to a log file beside outputs."""
+    outputs.mkdir(parents=True, exist_ok=True)
+    log = open(outputs.parent / f".{outputs.name}-{time.monotonic_ns()}.log", "w")
+    proc = subprocess.Popen(train_cmd(*overrides, multirun=multirun, slow_s=slow_s), cwd=ROOT, text=True,
+                            env=train_env(outputs, **(env or {})), stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = Path(log.name)  # type: ignore[attr-defined]
+    log.close()
+    return proc
+
+
+def output_of(proc: subprocess.Popen) -> str:
+    """The combined output of a process started by start_train."""
+    return proc.log_path.read_text()  # type: ignore[attr-defined]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> None:
+    """Poll condition() until it holds; fail the test after timeout seconds."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(every)
+
+
+def job_lines(stdout: str) -> dict[str, str]:
+    """{key: 'complete' | 'skipped' | 'failed'} from a sweep's per-job lines."""
+    out = {}
+    for line in stdout.splitlines():
+        m = JOB_LINE.search(line)
+        if m:
+            status = m.group(1)
+            out[m.group(2)] = "skipped" if "skipped" in status else "failed" if "FAILED" in status else status
+    return out
+
+
+def valid_records(outputs: Path, experiment: str) -> dict[str, dict]:
+    """{key: record} of every record of the experiment; fails on a corrupt one, a record in a
+    folder not named by its key, or a temp file left beside a record."""
+    records = {}
+    for path, rec in scan(outputs, experiment):
+        assert not isinstance(rec, CorruptRecord), rec
+        assert rec["key"] == path.parent.name, f"{path}: key {rec['key']}"
+        records[rec["key"]] = rec
+    return records
+
+
+def leftover_temp_files(outputs: Path) -> list[Path]:
+    """Temp files of atomic writes (.record.*.tmp, .curves.*.tmp) under outputs/runs."""
+    return sorted((outputs / "runs").rglob(".*.tmp"))

@@ -1,0 +1,247 @@
+"""Analysis half: fits against closed forms, tables from records, aggregation with bad records, report."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnrepro.analysis import fits, summaries, tables
+from attnrepro.analysis.aggregate import aggregate, read_status, table_path
+from attnrepro.analysis.claims import judge
+from attnrepro.analysis.figure_spec import specs
+from attnrepro.analysis.report import build_report
+from attnrepro.runs.grid import compose, expected_jobs, grid_points
+from attnrepro.runs.keys import job_key, semantic_config
+from attnrepro.runs.records import SCHEMA, record_path, write_record
+
+PAPER_A = ["xor_one_step_attention", "xor_phase_dm", "xor_attention_variants", "xor_sample_complexity",
+           "xor_params_vs_ffnn"]
+
+
+# ---------------------------------------------------------------- fits vs closed forms
+
+def test_power_law_recovers_exponent_and_prefactor():
+    x = np.geomspace(8, 4096, 7)
+    fit = fits.power_law_fit(x, 3.0 * x**1.7)
+    assert fit.slope == pytest.approx(1.7, abs=1e-12) and fit.prefactor == pytest.approx(3.0, rel=1e-10)
+    assert fits.power_law_fit(np.r_[x, np.nan, -1], np.r_[3.0 * x**1.7, 5, 5]).n_points == 7
+    assert math.isnan(fits.power_law_fit([4.0], [2.0]).slope)
+
+
+def test_polylog_fit_recovers_exponent():
+    d = 2.0 ** np.arange(5, 15)
+    fit = fits.polylog_fit(d, 0.5 * np.log2(d) ** 2)
+    assert fit.slope == pytest.approx(2.0, abs=1e-12) and fit.prefactor == pytest.approx(0.5, rel=1e-10)
+    assert fit(np.log2(1024.0)) == pytest.approx(50.0)
+
+
+def test_crossing_exact_when_rate_is_linear_in_log_x():
+    x = 2.0 ** np.arange(1, 9)  # rate = log2(x) / 8 reaches 0.55 at x = 2^4.4
+    rate = np.log2(x) / 8
+    assert fits.threshold_crossing(x[::-1], rate[::-1], 0.55) == pytest.approx(2**4.4)
+    assert fits.threshold_crossing(x, rate, 0.55, interpolate=False) == 32.0
+    assert fits.threshold_crossing(x, rate, 0.1) == 2.0  # reached at the first grid point
+    assert math.isnan(fits.threshold_crossing(x, rate, 1.5))
+    assert fits.threshold_crossing([1.0, 3.0], [0.0, 1.0], 0.5, log_x=False) == pytest.approx(2.0)
+
+
+def test_crossing_of_logistic_success_curve():
+    """rate(x) = 1 / (1 + (x0 / x)^k) reaches level l at x0 (l / (1 - l))^(1/k)."""
+    x0, k = 300.0, 3.0
+    x = np.geomspace(10, 1e4, 400)
+    rate = 1 / (1 + (x0 / x) ** k)
+    for level in (0.5, 0.9):
+        assert fits.threshold_crossing(x, rate, level) == pytest.approx(x0 * (level / (1 - level)) ** (1 / k),
+                                                                         rel=1e-3)
+
+
+def test_binomial_se_and_quantiles():
+    assert fits.binomial_se(3, 12) == pytest.approx(math.sqrt(0.25 * 0.75 / 12))
+    np.testing.assert_allclose(fits.binomial_se([0, 5], [10, 10]), [0.0, math.sqrt(0.025)])
+    assert math.isnan(fits.binomial_se(0, 0))
+    assert fits.quantiles([1, 2, 3, 4, 5]) == (2.0, 3.0, 4.0)
+    assert all(math.isnan(q) for q in fits.quantiles([np.nan]))
+
+
+def test_bootstrap_is_deterministic_and_keeps_group_sizes():
+    df = pd.DataFrame({"key": ["a"] * 5 + ["b"] * 3, "v": [1.0] * 5 + [3.0] * 3})
+    sizes = fits.bootstrap(df, ["key"], lambda t: (t["key"] == "a").sum(), n_boot=20)
+    assert (sizes == 5).all()
+    mean = lambda t: t["v"].mean()  # noqa: E731
+    assert fits.bootstrap_ci(df, ["key"], mean, n_boot=50) == pytest.approx((1.75, 1.75, 1.75))
+    noisy = pd.DataFrame({"key": ["a"] * 40, "v": np.random.default_rng(0).normal(size=40)})
+    a, b = fits.bootstrap(noisy, ["key"], mean, 30, seed=1), fits.bootstrap(noisy, ["key"], mean, 30, seed=1)
+    np.testing.assert_array_equal(a, b)
+    lo, hi = fits.percentile_ci(a)
+    assert lo < noisy["v"].mean() < hi
+    assert fits.percentile_ci([np.nan, np.nan, 1.0]) == (pytest.approx(np.nan, nan_ok=True),) * 2
+
+
+def _logistic_seeds(ds, xs, x0, k=4.0, n=200):
+    """Per-seed table whose success rate at (d, x) is exactly round(n rate) / n, rate logistic in log x."""
+    rows = []
+    for d in ds:
+        for x in xs:
+            rate = 1 / (1 + (x0(d) / x) ** k)
+            wins = int(round(n * rate))
+            rows += [{"key": f"{d}-{x}", "d": d, "x": x, "success": r < wins} for r in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_crossings_recover_known_scaling_with_ci():
+    df = _logistic_seeds([16, 64, 256, 1024], np.geomspace(1, 1e4, 60), lambda d: 2.0 * d**0.5)
+    c = summaries.crossings(df, "d", "x", 0.5, n_boot=60)
+    np.testing.assert_allclose(c.point, 2.0 * c.groups**0.5, rtol=0.02)
+    fit, lo, hi = c.fit()
+    assert fit.slope == pytest.approx(0.5, abs=0.01) and lo <= 0.5 <= hi and hi - lo < 0.1
+    assert not c.censored.any()
+    rates = summaries.rate_table(df, ["d", "x"])
+    assert set(rates.columns) >= {"n", "successes", "rate", "se"} and (rates["n"] == 200).all()
+
+
+def test_claim_without_data_does_not_hold():
+    c = judge("fig", "x < 1", float("nan"), lambda v: v < 1)
+    assert not c.holds and "not enough data" in c.detail
+    assert judge("fig", "x < 1", 0.5, lambda v: v < 1).holds
+    assert not judge("fig", "hi <= 1", 0.5, lambda v: v <= 1, tested=2.0).holds
+
+
+# ---------------------------------------------------------------- fake records of the smoke grids
+
+def _jobs(experiment: str) -> list[tuple[list[str], str, dict]]:
+    """(overrides, key, semantic config) of every smoke job, composing each config once."""
+    out = []
+    for ov in grid_points(experiment, "smoke"):
+        cfg = compose(ov)
+        out.append((ov, job_key(cfg), semantic_config(cfg)))
+    return out
+
+
+def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> dict:
+    """A complete record of the shape the runner writes, with made-up but plausible numbers."""
+    n, task, model, train = cfg["n_seeds"], cfg["task"], cfg["model"], cfg["train"]
+    d = task["d"]
+    rng = np.random.default_rng(abs(hash(key)) % 2**32)
+    p = [int(v) for v in rng.integers(0, d // 2, n)]
+    q = [int(v) + d // 2 for v in rng.integers(0, d // 2, n)]
+    rec = {"schema": SCHEMA, "key": key, "experiment": experiment, "status": "complete",
+           "config": cfg, "overrides": overrides, "curves": {}, "arrays": {}}
+    if model["name"] == "ffnn":
+        err = [0.0 if model["k"] >= 2 else 0.3] * n
+        rec["derived"] = {"eta": 0.01, "n_params": model["k"] * (d + 2) + 1, "p": p, "q": q}
+        rec["metrics"] = {"test_mse": err, "test_error": err, "train_loss": err}
+        return rec
+    m = math.ceil(model["m_c"] * math.log2(d) ** 2) if model["m"] is None else model["m"]
+    good = model["attention"] == "softmax" and (task["n"] or 10**9) >= 8 * d
+    loss = [0.0 if (good and r > 0) else 0.5 for r in range(n)]
+    rec["derived"] = {"m": m, "eta": 1.0, "n_params": 2 * m, "p": p, "q": q}
+    rec["metrics"] = {"loss": loss, "xor_correlation": [1 - v for v in loss], "mass_pq": [1.0] * n,
+                      "mass_pq_tilde": [1.0] * n}
+    steps = list(range(0, train["steps"] + 1, train["log_every"]))
+    rec["curves"] = {"step": steps, **{k: [[0.5] * n for _ in steps[:-1]] + [v]
+                                        for k, v in rec["metrics"].items()}}
+    if train["save_attention"]:
+        init = np.full((n, d), 1.0 / d)
+        after = np.zeros((n, d))
+        after[np.arange(n), p] = after[np.arange(n), q] = 0.5
+        rec["arrays"] = {"gamma_init": init.tolist(), "gamma_tilde_init": init.tolist(),
+                         "gamma": after.tolist(), "gamma_tilde": after.tolist()}
+    return rec
+
+
+@pytest.fixture(scope="module")
+def fake_outputs(tmp_path_factory):
+    """Smoke grids of all paper-A experiments as fake records, except in xor_phase_dm: one job
+    failed, one corrupt file, one missing; plus a record of another grid that must be ignored."""
+    out = tmp_path_factory.mktemp("outputs")
+    bad = {}
+    for exp in PAPER_A:
+        for i, (ov, key, cfg) in enumerate(_jobs(exp)):
+            path = record_path(out, exp, key)
+            rec = _fake_record(exp, ov, key, cfg)
+            if exp == "xor_phase_dm" and i == 0:
+                rec = {k: v for k, v in rec.items() if k not in ("metrics", "curves", "derived")}
+                rec.update(status="failed", reason="RuntimeError: loss is nan")
+                bad["failed"] = key
+            elif exp == "xor_phase_dm" and i == 1:
+                path.parent.mkdir(parents=True)
+                path.write_text('{"schema": 1, "key": "trunc')
+                bad["corrupt"] = key
+                continue
+            elif exp == "xor_phase_dm" and i == 2:
+                bad["missing"] = key
+                continue
+            write_record(path, rec)
+            if exp == "xor_phase_dm":  # the same job with another seed: not in the grid
+                other = _fake_record(exp, ov, "0" * 16, {**cfg, "seed": 7})
+    write_record(record_path(out, "xor_phase_dm", "0" * 16), other)
+    status = aggregate(out, "smoke", log=lambda *_: None)
+    return out, bad, status
+
+
+def test_tables_one_row_per_key_and_replica(fake_outputs):
+    out, _, _ = fake_outputs
+    data = tables.load_experiment(out, "xor_attention_variants", "smoke")
+    final, curves = data.final, data.curves
+    n_seeds = final["n_seeds"].iloc[0]
+    assert len(final) == 6 * n_seeds and not final.duplicated(["key", "replica"]).any()
+    assert {"task.d", "model.attention", "model.init", "train.steps", "m", "eta", "n_params", "p", "q",
+            "loss", "xor_correlation", "seed", "replica"} <= set(final.columns)
+    assert (final["seed"] == final["base_seed"] + final["replica"]).all()
+    steps = curves.groupby("key")["step"].nunique()
+    assert len(curves) == (steps * n_seeds).sum()
+    assert {"step", "loss", "model.attention"} <= set(curves.columns)
+    arrays = tables.load_experiment(out, "xor_one_step_attention", "smoke").arrays
+    d = arrays["task.d"].iloc[0]
+    assert len(arrays) == d * arrays["replica"].nunique() and "gamma_tilde_init" in arrays
+
+
+def test_malformed_complete_record_is_listed_not_raised():
+    rec = {"schema": 1, "key": "k", "experiment": "e", "status": "complete",
+           "config": {"task": {"d": 4}, "seed": 0, "n_seeds": 2}, "metrics": {"loss": [0.1, 0.2, 0.3]}}
+    good = {**rec, "key": "g", "metrics": {"loss": [0.1, 0.2]}}
+    final, _, _, bad = tables.frames([rec, good])
+    assert len(final) == 2 and bad[0]["key"] == "k" and "3 values for 2 replicas" in bad[0]["error"]
+
+
+def test_aggregate_lists_failed_corrupt_missing_and_still_builds_table(fake_outputs):
+    out, bad, status = fake_outputs
+    st = read_status(out)["experiments"]["xor_phase_dm"]
+    assert st == status["experiments"]["xor_phase_dm"]
+    assert st["expected"] == 4 and st["complete"] == 1 and st["other"] == 1
+    assert [j["key"] for j in st["failed"]] == [bad["failed"]] and "loss is nan" in st["failed"][0]["reason"]
+    assert [j["key"] for j in st["corrupt"]] == [bad["corrupt"]]
+    assert [j["key"] for j in st["missing"]] == [bad["missing"]] and st["missing"][0]["overrides"]
+    assert st["grid"] and st["example_config"]["config"]["task"]["d"]
+    table = pd.read_parquet(table_path(out, "xor_phase_dm"))
+    assert len(table) == 3 and set(table["key"]) == {expected_jobs("xor_phase_dm", "smoke")[3][1]}
+    assert all(not f["error"] for f in status["figures"].values())
+    for name in PAPER_A:
+        assert table_path(out, name).exists()
+
+
+def test_report_has_every_registered_figure(fake_outputs):
+    out, _, _ = fake_outputs
+    report = build_report(out)
+    html = report.html_path.read_text()
+    assert not report.errors, report.errors
+    for spec in specs():
+        assert f"id='{spec.name}'" in html and (out / "figures" / f"{spec.name}.png").exists()
+        assert (out / "figures" / f"{spec.name}.pdf").exists()
+        assert (report.claims["figure"] == spec.name).any(), f"{spec.name} has no claims"
+    claims = pd.read_csv(report.csv_path)
+    assert len(claims) == len(report.claims) and "claims hold" in html and "data:image/png;base64," in html
+    one_step = claims[claims["figure"] == "xor_one_step_attention"]
+    assert one_step["holds"].all(), one_step.to_dict("records")  # fake data: mass 1 on {p, q}, ratio 1 before
+    assert "loss is nan" in html  # the failed job's reason is shown
+
+
+def test_report_renders_empty_tables(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "status.json").write_text(json.dumps({"profile": "smoke"}))
+    report = build_report(tmp_path, ["xor_phase_dm"])
+    assert report.errors == ["xor_phase_dm: no table at " + str(table_path(tmp_path, "xor_phase_dm"))
+                             + ": run pipelines/aggregate.py first"]
+    assert len(report.claims) and not report.claims["holds"].any()
