@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Dict, List
 
 from hydra.core.config_store import ConfigStore
+from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from . import sparse_xor, tied
@@ -135,8 +136,8 @@ def register_configs() -> None:
                 cs.store(group=group, name=name, node=node)
 
 
-class ConfigError(ValueError):
-    """A config value outside its allowed range; the message names the field."""
+class ConfigError(CompactHydraException, ValueError):
+    """A config value outside its allowed range; the message names the field (Hydra prints it without a traceback)."""
 
 
 def _checks(cfg: Any) -> List[str]:

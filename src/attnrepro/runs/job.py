@@ -78,8 +78,8 @@ def run_job(cfg: DictConfig) -> dict:
         record["reason"] = f"{type(e).__name__}: {e}"
         record["traceback"] = traceback.format_exc(limit=8)
     record.setdefault("timings", {})["total_s"] = time.perf_counter() - t0
+    tracker.finish(record)  # the record, written last, marks the job done
     write_record(path, record)
-    tracker.finish(record)
     status = record["status"] if record["status"] == "complete" else f"FAILED ({record['reason']})"
     print(f"{label}: {status} in {record['timings']['total_s']:.1f}s ({key})", flush=True)
     return {"key": key, "status": record["status"]}

@@ -10,6 +10,7 @@ value anywhere in the grid costs no work.
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -59,7 +60,10 @@ class GridSweeper(BasicSweeper):
         return [list(job) for batch in batches for job in batch]
 
     def sweep(self, arguments: List[str]) -> Any:
+        """Compose and validate every job, set aside those whose record is complete, launch the rest."""
         from attnrepro.config import ConfigError, validate
+        from attnrepro.runs.keys import job_key
+        from attnrepro.runs.records import is_complete, record_path
 
         params = {**self.grid_params(), **(self.params or {})}
         arguments = [*(f"{k}={v}" for k, v in params.items()), *arguments]
@@ -67,7 +71,7 @@ class GridSweeper(BasicSweeper):
         jobs = self.job_overrides(arguments)
         if not jobs:
             raise ValueError("the sweep has no jobs")
-        errors = []
+        errors, pending, done = [], [], []
         for job in jobs:
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, job)
@@ -76,10 +80,30 @@ class GridSweeper(BasicSweeper):
                 validate(cfg)
             except ConfigError as e:
                 errors.append(f"{' '.join(job)}: {e}")
+                continue
+            key = job_key(cfg)
+            (done if is_complete(record_path(cfg.paths.outputs, cfg.experiment, key)) else pending).append((job, key))
         if errors:
             raise ConfigError(f"{len(errors)} of {len(jobs)} jobs have invalid configs; none was run:\n"
                               + "\n".join(errors))
-        os.environ["ATTNREPRO_SWEEP_SIZE"] = str(len(jobs))
-        print(f"[{self.config.experiment}] sweep of {len(jobs)} jobs, profile {self.config.profile.name}",
-              flush=True)
-        return super().sweep(arguments)
+        name = self.config.experiment
+        for job, key in done:
+            print(f"[{name}] {' '.join(job)}: done before, skipped ({key})", flush=True)
+        print(f"[{name}] sweep of {len(jobs)} jobs, profile {self.config.profile.name}: "
+              f"{len(done)} done before, {len(pending)} to run", flush=True)
+        os.environ["ATTNREPRO_SWEEP_SIZE"] = str(len(pending))
+        return self.launch([job for job, _ in pending])
+
+    def launch(self, jobs: List[List[str]]) -> Any:
+        """BasicSweeper's launch loop over the given jobs, in batches of max_batch_size.
+        (Hydra's per-batch legality check is skipped: every job was composed above.)"""
+        if not jobs:
+            return []
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        size = self.max_batch_size or len(jobs)
+        returns = []
+        for start in range(0, len(jobs), size):
+            returns.append(self.launcher.launch(jobs[start:start + size], initial_job_idx=start))
+        return returns
