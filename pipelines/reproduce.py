@@ -48,10 +48,15 @@ def main() -> int:
               f"{time.perf_counter() - t:.1f}s (total {time.perf_counter() - start:.1f}s) ===", flush=True)
         if rc != 0:
             failed_sweeps.append(name)
+    figures = []
+    if args.only:  # the figures whose every source was swept
+        from attnrepro.analysis.figure_spec import specs
+
+        figures = ["--figures", *(s.name for s in specs() if set(s.sources) <= set(names))]
     print("\n=== aggregate ===", flush=True)
-    rc_agg = run(["pipelines/aggregate.py", "--profile", args.profile])
+    rc_agg = run(["pipelines/aggregate.py", "--profile", args.profile, *figures])
     print("\n=== figures and report ===", flush=True)
-    rc_fig = run(["pipelines/figures.py", "--profile", args.profile])
+    rc_fig = run(["pipelines/figures.py", "--profile", args.profile, *figures])
     print(f"\nreproduce-figures finished in {time.perf_counter() - start:.1f}s")
     if failed_sweeps:
         print(f"sweeps that did not finish: {failed_sweeps} (their recorded jobs are in the report)")

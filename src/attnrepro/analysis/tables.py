@@ -18,6 +18,7 @@ listed as corrupt in the status; it never stops the others.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -157,14 +158,15 @@ def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
 
 
-def expected(experiment: str, profile: str) -> tuple[list[tuple[list[str], str]] | None, dict, str]:
+@functools.lru_cache(maxsize=None)
+def expected(experiment: str, profile: str, outputs: str) -> tuple[list[tuple[list[str], str]] | None, dict, str]:
     """(expected jobs or None, the profile's grid, error message): what the sweep should have run."""
     from omegaconf import OmegaConf
 
     from ..runs import grid
 
     try:
-        jobs = grid.expected_jobs(experiment, profile)
+        jobs = grid.expected_jobs(experiment, profile, outputs=outputs)
         cfg = grid.compose([f"experiment={experiment}", f"profile={profile}"])
         spec = OmegaConf.to_container(cfg.grid, resolve=False).get(profile, {})
         return jobs, spec, ""
@@ -187,7 +189,7 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str) -> Exper
     experiment not in this profile's grid: ignored), grid_error, example_config}.
     When the grid cannot be expanded (grid_error), every complete record is used.
     """
-    jobs, grid_spec, grid_error = expected(experiment, profile)
+    jobs, grid_spec, grid_error = expected(experiment, profile, str(outputs))
     want = None if jobs is None else {key: ov for ov, key in jobs}
     scanned = {path.parent.name: (path, _check_key(path, rec)) for path, rec in scan(outputs, experiment)}
     order = list(want) if want is not None else sorted(scanned)  # lists follow the grid's order

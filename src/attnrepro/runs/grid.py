@@ -1,17 +1,27 @@
 """An experiment's grid for a profile, expanded to jobs, composed without running Hydra's CLI.
 
 Used by the aggregate stage (which jobs should exist?) and by tests. The same
-expansion as the grid sweeper: the product of the grid's value lists.
+expansion as the grid sweeper: the product of the grid's value lists, where an
+override given in `extra` replaces the grid's entry for that key.
+
+Composing a job costs ~0.1 s, so expected_jobs caches its answer on disk under
+<outputs>/cache/grid/, keyed by the experiment, profile, extra overrides and the
+content of every file that decides a key (conf/ and the config schemas).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
+import json
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
 def experiments() -> list[str]:
@@ -19,8 +29,8 @@ def experiments() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The job config Hydra would build for these overrides (no hydra node)."""
+def compose_many(overrides_list: list[list[str]]) -> list[DictConfig]:
+    """The job configs Hydra would build for these override lists (no hydra node)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -30,7 +40,12 @@ def compose(overrides: list[str]) -> DictConfig:
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+        return [hydra_compose(config_name="config", overrides=list(ov)) for ov in overrides_list]
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The job config Hydra would build for these overrides (no hydra node)."""
+    return compose_many([overrides])[0]
 
 
 def grid_points(experiment: str, profile: str, extra: list[str] = ()) -> list[list[str]]:
@@ -40,14 +55,41 @@ def grid_points(experiment: str, profile: str, extra: list[str] = ()) -> list[li
     grid = OmegaConf.to_container(cfg.grid, resolve=False).get(profile)
     if grid is None:
         raise ValueError(f"experiment '{experiment}' has no grid for profile '{profile}'")
-    keys = list(grid)
+    given = {ov.split("=", 1)[0].lstrip("+~") for ov in extra}
+    grid = {k: v for k, v in grid.items() if k not in given}
     values = [v if isinstance(v, list) else [v] for v in grid.values()]
     fmt = lambda v: "null" if v is None else str(v)  # noqa: E731
-    return [base + [f"{k}={fmt(v)}" for k, v in zip(keys, combo)] for combo in itertools.product(*values)]
+    return [base + [f"{k}={fmt(v)}" for k, v in zip(grid, combo)] for combo in itertools.product(*values)]
 
 
-def expected_jobs(experiment: str, profile: str, extra: list[str] = ()) -> list[tuple[list[str], str]]:
-    """(overrides, key) of every job the sweep would run."""
+def _fingerprint() -> str:
+    """Hash of every file that decides a job's config: conf/**/*.yaml and the schema modules."""
+    h = hashlib.sha256()
+    for path in sorted([*CONF_DIR.rglob("*.yaml"), *SCHEMA_DIR.glob("*.py")]):
+        h.update(str(path.relative_to(path.parents[1])).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], outputs: str):
     from .keys import job_key
 
-    return [(ov, job_key(compose(ov))) for ov in grid_points(experiment, profile, extra)]
+    tag = json.dumps([experiment, profile, extra, _fingerprint()])
+    cache = Path(outputs) / "cache" / "grid" / f"{hashlib.sha256(tag.encode()).hexdigest()[:20]}.json"
+    try:
+        return [(ov, key) for ov, key in json.loads(cache.read_text())]
+    except (OSError, ValueError):
+        pass
+    points = grid_points(experiment, profile, list(extra))
+    jobs = [(ov, job_key(cfg)) for ov, cfg in zip(points, compose_many(points))]
+    from .records import atomic_write
+
+    atomic_write(cache, lambda f: json.dump(jobs, f))
+    return jobs
+
+
+def expected_jobs(experiment: str, profile: str, extra: list[str] = (), outputs: str | None = None):
+    """(overrides, key) of every job the sweep would run (cached; see the module docstring)."""
+    outputs = outputs or os.environ.get("ATTNREPRO_OUTPUTS", "outputs")
+    return [(list(ov), key) for ov, key in _expected_jobs(experiment, profile, tuple(extra), str(outputs))]
