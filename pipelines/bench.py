@@ -6,6 +6,12 @@ Each case runs in its own process, so its peak resident memory is its own.
                  m = log2(d)^2 = 144, 40 seeds as replicas (float64):
                  the bare step in plain torch, and the whole job through the
                  pipeline (compose, build, Lightning, record).
+  tied_factorized : paper B's factorized tied attention, d = 100, T = 2, alpha = 0.2
+                 (n = 2000), kappa = 0.5, 1000 full-batch Adam steps (float32, metrics
+                 logged every 50 steps): 8 seeds as replicas through the pipeline
+                 (run_job -> fit -> Lightning) against a plain PyTorch loop of the same
+                 problem one seed at a time, and Lightning's overhead (pipeline train
+                 time against the same 8-replica problem stepped in a plain loop).
 """
 
 from __future__ import annotations
@@ -74,18 +80,75 @@ def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
             "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
 
 
-CASES = {"xor_one_step": case_xor_one_step}
+def _plain_loop(obj, seed: int, n_seeds: int) -> float:
+    """Seconds for obj.train.steps Adam steps of the problem in a plain loop (no Lightning), evaluating
+    the metrics every log_every steps as the pipeline does."""
+    import torch
+
+    from attnrepro.problems.tied_attention import build
+    from attnrepro.tasks.seeding import replica_generators
+
+    problem, derived = build(obj.task, obj.model, obj.train, replica_generators(seed, n_seeds))
+    opt = torch.optim.Adam(problem.parameters(), lr=derived["eta"])
+    t = time.perf_counter()
+    problem.evaluate()
+    for step in range(1, obj.train.steps + 1):
+        opt.zero_grad()
+        problem.accumulate(lambda loss: loss.backward())
+        opt.step()
+        if step % obj.train.log_every == 0:
+            problem.evaluate()
+    return time.perf_counter() - t
+
+
+def case_tied_factorized(d: int = 100, n_seeds: int = 8, single_seeds: int = 2) -> dict:
+    import torch
+
+    from attnrepro.config import validate
+    from attnrepro.runs.grid import compose
+    from attnrepro.runs.job import run_job
+    from attnrepro.runs.keys import job_key
+    from attnrepro.runs.records import read_record, record_path
+
+    overrides = ["task=attention_indexed", "model=tied_factorized", "train=adam_fullbatch", f"task.d={d}",
+                 "task.T=2", "task.alpha=0.2", f"n_seeds={n_seeds}", "train.tol=0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose([*overrides, f"paths.outputs={tmp}"])
+        t = time.perf_counter()
+        run_job(cfg)
+        job_s = time.perf_counter() - t
+        rec = read_record(record_path(tmp, cfg.experiment, job_key(cfg)))
+    obj = validate(cfg)
+    steps, train_s = rec["timings"]["steps"], rec["timings"]["train_s"]
+    single = [_plain_loop(obj, seed, 1) for seed in range(single_seeds)]
+    replicated = _plain_loop(obj, 0, n_seeds)
+    per_seed_pipeline, per_seed_single = train_s / n_seeds, statistics.mean(single)
+    return {"case": f"factorized tied attention, d={d}, T=2, alpha=0.2 (n={obj.task.n()}), p={obj.model.p(d)}, "
+                    f"{steps} Adam steps, {n_seeds} seeds",
+            "pipeline job total (s)": job_s, "pipeline train_s (s)": train_s,
+            "pipeline per seed (s)": per_seed_pipeline,
+            f"plain loop, 1 seed at a time, per seed (s, mean of {single_seeds})": per_seed_single,
+            "speed-up per seed, pipeline replicas vs plain single": per_seed_single / per_seed_pipeline,
+            "plain loop, 8 replicas, per seed (s)": replicated / n_seeds,
+            "speed-up per seed, plain replicas vs plain single": per_seed_single * n_seeds / replicated,
+            "pipeline step (ms)": 1e3 * train_s / steps, "plain replicated step (ms)": 1e3 * replicated / steps,
+            "Lightning overhead (fraction of pipeline step)": (train_s - replicated) / train_s,
+            "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+
+
+CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=sorted(CASES), help="run one case in this process (internal)")
+    ap.add_argument("--only", nargs="*", choices=sorted(CASES), help="cases to run (default: all)")
     args = ap.parse_args()
     if args.case:
         print(json.dumps(CASES[args.case]()))
         return 0
     results = []
-    for name in CASES:
+    for name in args.only or CASES:
         print(f"[bench] {name} ...", flush=True)
         out = subprocess.run([sys.executable, __file__, "--case", name], cwd=ROOT, capture_output=True, text=True)
         if out.returncode != 0:

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from .claims import Claim
 from .tables import ExperimentData
 
-FIGURE_MODULES = ("attnrepro.analysis.figures_xor",)
+FIGURE_MODULES = ("attnrepro.analysis.figures_xor", "attnrepro.analysis.figures_tied")
 
 
 @dataclass(frozen=True)

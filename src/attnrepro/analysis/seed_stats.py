@@ -1,0 +1,67 @@
+"""Summaries over seeds, and claims on per-seed values, for figures whose rows are (grid point, seed).
+
+Uncertainties: the standard error of the mean over seeds, s.e. = std / sqrt(n) (std with
+ddof = 1; 0 for a single seed), or the inter-quartile range for medians. A difference of two
+independent means has s.e. sqrt(se_a^2 + se_b^2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .claims import Claim, fmt, interval, judge
+from .fits import NAN, quantiles
+
+STATS = ("n", "mean", "se", "median", "q1", "q3")
+
+
+def finite(values) -> np.ndarray:
+    v = np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce"), dtype=float)
+    return v[np.isfinite(v)]
+
+
+def mean_se(values) -> tuple[float, float, int]:
+    """(mean, standard error, n) of the finite values; NaN, NaN, 0 when there are none."""
+    v = finite(values)
+    if v.size == 0:
+        return NAN, NAN, 0
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
+    return float(v.mean()), se, int(v.size)
+
+
+def summary(df: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
+    """Per group of ``by``: n, mean, se, median, q1, q3 of ``value`` over the group's rows (seeds)."""
+    by = list(by)
+    if df.empty or value not in df:
+        return pd.DataFrame(columns=[*by, *STATS])
+    rows = []
+    for key, g in df.groupby(by, sort=True, dropna=False):
+        mean, se, n = mean_se(g[value])
+        q1, med, q3 = quantiles(finite(g[value]))
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+                     "n": n, "mean": mean, "se": se, "median": med, "q1": q1, "q3": q3})
+    return pd.DataFrame(rows, columns=[*by, *STATS])
+
+
+def mean_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "") -> Claim:
+    """A claim on the mean over seeds, with its standard error as the uncertainty."""
+    mean, se, n = mean_se(values)
+    return judge(figure, text, mean, passes, f"± {fmt(se)} (s.e., {n} seeds)", detail)
+
+
+def median_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "") -> Claim:
+    """A claim on the median over seeds, with the inter-quartile range as the uncertainty."""
+    v = finite(values)
+    q1, med, q3 = quantiles(v)
+    return judge(figure, text, med, passes, interval(q1, q3, f"IQR, {v.size} seeds"), detail)
+
+
+def difference(a, b) -> tuple[float, float]:
+    """(mean(a) - mean(b), its s.e.) for independent samples a and b."""
+    ma, sa, _ = mean_se(a)
+    mb, sb, _ = mean_se(b)
+    return ma - mb, math.hypot(sa, sb)

@@ -1,0 +1,66 @@
+"""Simulation and theory rows in one tidy table, drawn the same way on every paper-B figure.
+
+A table's ``source`` column says where a row comes from: "simulation" (one row per
+job and seed) or "theory" (one row per point of a theory curve, same columns, no seed).
+:func:`draw` plots simulation rows as the mean over seeds with standard-error bars and
+theory rows as plain lines of the same colour, so a theory module only has to append
+rows to the table for its curve to appear.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .plotting import palette
+from .seed_stats import summary
+
+SOURCE, SIMULATION, THEORY = "source", "simulation", "theory"
+
+
+def part(table: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The rows of one source (a table without a source column is all simulation)."""
+    if SOURCE not in table:
+        return table if source == SIMULATION else table.iloc[0:0]
+    return table[table[SOURCE] == source]
+
+
+def simulation(table: pd.DataFrame) -> pd.DataFrame:
+    return part(table, SIMULATION)
+
+
+def theory(table: pd.DataFrame) -> pd.DataFrame:
+    return part(table, THEORY)
+
+
+def levels(table: pd.DataFrame, column: str) -> list:
+    """The sorted distinct values of a column (none when absent or the table is empty)."""
+    if table.empty or column not in table:
+        return []
+    return sorted(table[column].dropna().unique())
+
+
+def draw(ax: plt.Axes, table: pd.DataFrame, x: str, y: str, hue: str | None = None,
+         label: Callable[[object], str] = str, hues: Sequence | None = None, floor: float | None = None,
+         marker: str = "o") -> None:
+    """Mean ± s.e. over seeds of y vs x for every value of ``hue`` (simulation), and the theory
+    rows of the same hue as lines. ``floor``: values below it are drawn at it (log axes)."""
+    hues = list(hues) if hues is not None else (levels(table, hue) if hue else [None])
+    for h, color in zip(hues, palette(len(hues)), strict=True):
+        rows = table if h is None else table[table[hue] == h]
+        sim = summary(simulation(rows), [x], y)
+        if not sim.empty:
+            mean = sim["mean"].to_numpy(dtype=float)
+            se = np.nan_to_num(sim["se"].to_numpy(dtype=float))
+            lo = mean - se
+            if floor is not None:
+                mean, lo = np.maximum(mean, floor), np.maximum(lo, floor)
+            ax.errorbar(sim[x], mean, yerr=[mean - lo, se], marker=marker, ms=3, lw=0.8, capsize=2,
+                        color=color, label=None if h is None else label(h))
+        th = theory(rows).sort_values(x)
+        if not th.empty:
+            ax.plot(th[x], th[y], "-", lw=1.4, color=color,
+                    label=None if h is None else f"{label(h)} (theory)")
