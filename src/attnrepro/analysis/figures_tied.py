@@ -26,7 +26,7 @@ from .figure_spec import FigureSpec, register
 from .fits import NAN, bootstrap, percentile_ci, power_law_fit, threshold_crossing
 from .plotting import PANEL, fit_line, no_data, palette
 from .seed_stats import difference, mean_claim, mean_se, median_claim, summary
-from .tables import ExperimentData
+from .tables import ExperimentData, select
 
 ERROR_VS_ALPHA, FACT_VS_DIRECT = "tied_error_vs_alpha", "tied_factorized_vs_direct"
 SPECTRA, SCALING, DECOMPOSITION = "tied_spectra", "tied_scaling_laws", "tied_error_decomposition"
@@ -50,8 +50,7 @@ METRICS = ["train_loss", "objective", "val_error", "test_error", "estimation_err
 def rows(data: Mapping[str, ExperimentData], experiment: str, columns: Sequence[str],
          frame: str = "final") -> pd.DataFrame:
     """The experiment's frame restricted to ``columns`` (missing ones NaN), as simulation rows."""
-    df = getattr(data[experiment], frame) if experiment in data else pd.DataFrame()
-    out = df.reindex(columns=list(columns)).copy()
+    out = select(data, experiment, columns, frame)
     out[series.SOURCE] = series.SIMULATION
     return out
 

@@ -18,8 +18,9 @@ from .claims import Claim, fmt, interval, judge
 from .figure_spec import FigureSpec, register
 from .fits import percentile_ci, polylog_fit, power_law_fit, quantiles
 from .plotting import column_heatmap, crossing_points, fit_label, fit_line, loglog, no_data, palette, panels
+from .seed_stats import median_claim
 from .summaries import Crossings, crossings, rate_table
-from .tables import ExperimentData
+from .tables import ExperimentData, select
 
 SUCCESS_LOSS = 0.01
 FFNN_SUCCESS_ERROR = 0.01
@@ -33,13 +34,6 @@ LOSS_FLOOR = 1e-10  # losses below are drawn at the floor on log axes (exact zer
 
 # ---------------------------------------------------------------- shared helpers
 
-def _select(data: Mapping[str, ExperimentData], experiment: str, columns: Sequence[str],
-            frame: str = "final") -> pd.DataFrame:
-    """The experiment's frame restricted to columns (missing ones NaN, an absent frame empty)."""
-    df = getattr(data[experiment], frame) if experiment in data else pd.DataFrame()
-    return df.reindex(columns=list(columns)).copy()
-
-
 def _with_success(df: pd.DataFrame, metric: str = "loss", threshold: float = SUCCESS_LOSS,
                   strict: bool = True) -> pd.DataFrame:
     """success = metric < threshold (strict) or <= threshold; a missing metric is a failure."""
@@ -50,14 +44,6 @@ def _with_success(df: pd.DataFrame, metric: str = "loss", threshold: float = SUC
 
 def _by(table: pd.DataFrame, column: str) -> list:
     return sorted(table[column].dropna().unique()) if column in table and not table.empty else []
-
-
-def _median_claim(figure: str, text: str, values, passes, detail: str = "") -> Claim:
-    """A claim on the median of per-seed values, with their IQR as uncertainty."""
-    q1, med, q3 = quantiles(values)
-    n = int(np.isfinite(np.asarray(values, dtype=float)).sum())
-    return judge(figure, text, med, passes, interval(q1, q3, "IQR"),
-                 f"{n} seeds" + (f"; {detail}" if detail else ""))
 
 
 def _crossing_detail(c: Crossings) -> str:
@@ -116,9 +102,9 @@ def one_step_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     the step, the support p, q, on_support = position in {p, q}, and the seed's final loss."""
     cols = ["key", "replica", "seed", "task.d", "m", "p", "q", "loss", "position",
             "gamma_init", "gamma_tilde_init", "gamma", "gamma_tilde", "on_support"]
-    arrays = _select(data, ONE_STEP, ["key", "replica", "seed", "task.d", "position", "gamma_init",
+    arrays = select(data, ONE_STEP, ["key", "replica", "seed", "task.d", "position", "gamma_init",
                                       "gamma_tilde_init", "gamma", "gamma_tilde"], "arrays")
-    final = _select(data, ONE_STEP, ["key", "replica", "m", "p", "q", "loss"])
+    final = select(data, ONE_STEP, ["key", "replica", "m", "p", "q", "loss"])
     if arrays.empty or final.empty:
         return pd.DataFrame(columns=cols)
     df = arrays.merge(final, on=["key", "replica"], how="inner")
@@ -177,13 +163,13 @@ def one_step_plot(table: pd.DataFrame):
 def one_step_claims(table: pd.DataFrame) -> list[Claim]:
     d, at_d = _largest_d(table)
     ms = _masses(at_d)
-    out = [_median_claim(ONE_STEP, f"after one step, head {head}'s mass on {{p, q}} >= 0.9 "
+    out = [median_claim(ONE_STEP, f"after one step, head {head}'s mass on {{p, q}} >= 0.9 "
                                    f"(median over seeds, d = {d:g})", ms[col], lambda v: v >= 0.9)
            for col, head in HEADS.items()]
-    out.append(_median_claim(ONE_STEP, f"population loss after one step < {SUCCESS_LOSS} (median, d = {d:g})",
+    out.append(median_claim(ONE_STEP, f"population loss after one step < {SUCCESS_LOSS} (median, d = {d:g})",
                              ms["loss"], lambda v: v < SUCCESS_LOSS))
     ratio = pd.concat([ms["gamma_init"], ms["gamma_tilde_init"]]) / (2 / d)
-    out.append(_median_claim(ONE_STEP, f"before the step each head's mass on {{p, q}} is about 2/d: "
+    out.append(median_claim(ONE_STEP, f"before the step each head's mass on {{p, q}} is about 2/d: "
                                        f"median ratio to 2/d in [0.5, 2] (d = {d:g})",
                              ratio, lambda v: 0.5 <= v <= 2, f"both heads pooled; 2/d = {fmt(2 / d)}"))
     return out
@@ -202,7 +188,7 @@ register(FigureSpec(
 
 def phase_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica) of the one-step sweep on (d, m): m = ceil(m_c log2(d)^2), loss, success."""
-    df = _select(data, PHASE, ["key", "replica", "seed", "task.d", "model.m_c", "m", "loss"])
+    df = select(data, PHASE, ["key", "replica", "seed", "task.d", "model.m_c", "m", "loss"])
     return _with_success(df)
 
 
@@ -258,7 +244,7 @@ register(FigureSpec(
 
 def variants_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica, step) of population GD: attention map, init, loss, xor_correlation."""
-    return _select(data, VARIANTS, ["key", "replica", "seed", "task.d", "model.attention", "model.init",
+    return select(data, VARIANTS, ["key", "replica", "seed", "task.d", "model.attention", "model.init",
                                     "train.steps", "step", "loss", "xor_correlation"], "curves")
 
 
@@ -298,12 +284,12 @@ def variants_claims(table: pd.DataFrame) -> list[Claim]:
                              per_seed_min.min() if len(per_seed_min) else float("nan"),
                              lambda v: v >= 0.25 - 1e-9, interval(q1, q3, "IQR of per-seed minima"),
                              f"{len(per_seed_min)} seeds; tolerance 1e-9 for rounding"))
-        out.append(_median_claim(VARIANTS, f"softmax attention, antisymmetric init: final population loss < "
+        out.append(median_claim(VARIANTS, f"softmax attention, antisymmetric init: final population loss < "
                                            f"{SUCCESS_LOSS} (median, d = {d:g})",
                                  sel(last, "softmax", "antisymmetric")["loss"], lambda v: v < SUCCESS_LOSS))
         for att in ("linear", "erf"):
             anti = quantiles(sel(last, att, "antisymmetric")["loss"])[1]
-            out.append(_median_claim(VARIANTS, f"{att} attention: independent init ends below antisymmetric "
+            out.append(median_claim(VARIANTS, f"{att} attention: independent init ends below antisymmetric "
                                                f"init (final median loss, d = {d:g})",
                                      sel(last, att, "independent")["loss"], lambda v, a=anti: v < a,
                                      f"antisymmetric final median {fmt(anti)}"))
@@ -324,7 +310,7 @@ register(FigureSpec(
 
 def samples_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica) of one step on n samples: d, n, m, population loss, train loss, success."""
-    return _with_success(_select(data, SAMPLES, ["key", "replica", "seed", "task.d", "task.n", "m", "loss",
+    return _with_success(select(data, SAMPLES, ["key", "replica", "seed", "task.d", "task.n", "m", "loss",
                                                  "train_loss"]))
 
 
@@ -386,9 +372,9 @@ def params_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     (transformer: population loss < 0.01 after one step; FFNN: test error <= 0.01)."""
     cols = ["architecture", "key", "replica", "seed", "task.d", "width", "n_params", "loss", "test_error",
             "success"]
-    tr = _select(data, PHASE, ["key", "replica", "seed", "task.d", "m", "n_params", "loss"])
+    tr = select(data, PHASE, ["key", "replica", "seed", "task.d", "m", "n_params", "loss"])
     tr = _with_success(tr.rename(columns={"m": "width"}).assign(architecture="transformer"))
-    ff = _select(data, FFNN, ["key", "replica", "seed", "task.d", "model.k", "n_params", "test_error"])
+    ff = select(data, FFNN, ["key", "replica", "seed", "task.d", "model.k", "n_params", "test_error"])
     ff = _with_success(ff.rename(columns={"model.k": "width"}).assign(architecture="ffnn"), "test_error",
                        FFNN_SUCCESS_ERROR, strict=False)
     parts = [p.reindex(columns=cols) for p in (tr, ff) if not p.empty]

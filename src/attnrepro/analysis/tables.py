@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -230,3 +230,11 @@ def status_line(status: dict) -> str:
     if status.get("other"):
         line += f", {status['other']} records not in this profile's grid (other profile or config) ignored"
     return line
+
+
+def select(data: Mapping[str, ExperimentData], experiment: str, columns: Sequence[str],
+           frame: str = "final") -> pd.DataFrame:
+    """The experiment's frame ('final', 'curves' or 'arrays') restricted to columns (missing ones NaN;
+    an experiment without records gives an empty frame)."""
+    df = getattr(data[experiment], frame) if experiment in data else pd.DataFrame()
+    return df.reindex(columns=list(columns)).copy()
