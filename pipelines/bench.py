@@ -44,21 +44,28 @@ def _median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
-    import torch
-
+def pipeline_job(overrides: list[str]):
+    """Run one job through the pipeline (compose, run_job) in a temp outputs dir:
+    (its config, wall seconds, its record)."""
     from attnrepro.runs.grid import compose
     from attnrepro.runs.job import run_job
     from attnrepro.runs.keys import job_key
     from attnrepro.runs.records import read_record, record_path
 
-    overrides = ["experiment=xor_phase_dm", f"task.d={d}", "model.m_c=1.0", f"n_seeds={n_seeds}"]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([*overrides, f"paths.outputs={tmp}"])
         t = time.perf_counter()
         run_job(cfg)
         job_s = time.perf_counter() - t
-        rec = read_record(record_path(tmp, cfg.experiment, job_key(cfg)))
+        return cfg, job_s, read_record(record_path(tmp, cfg.experiment, job_key(cfg)))
+
+
+def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
+    import torch
+
+
+    cfg, job_s, rec = pipeline_job(["experiment=xor_phase_dm", f"task.d={d}", "model.m_c=1.0",
+                                    f"n_seeds={n_seeds}"])
 
     from attnrepro.config import validate
     from attnrepro.problems.sparse_xor import build
@@ -105,19 +112,10 @@ def case_tied_factorized(d: int = 100, n_seeds: int = 8, single_seeds: int = 2) 
     import torch
 
     from attnrepro.config import validate
-    from attnrepro.runs.grid import compose
-    from attnrepro.runs.job import run_job
-    from attnrepro.runs.keys import job_key
-    from attnrepro.runs.records import read_record, record_path
 
-    overrides = ["task=attention_indexed", "model=tied_factorized", "train=adam_fullbatch", f"task.d={d}",
-                 "task.T=2", "task.alpha=0.2", f"n_seeds={n_seeds}", "train.tol=0"]
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = compose([*overrides, f"paths.outputs={tmp}"])
-        t = time.perf_counter()
-        run_job(cfg)
-        job_s = time.perf_counter() - t
-        rec = read_record(record_path(tmp, cfg.experiment, job_key(cfg)))
+    cfg, job_s, rec = pipeline_job(["task=attention_indexed", "model=tied_factorized", "train=adam_fullbatch",
+                                    f"task.d={d}", "task.T=2", "task.alpha=0.2", f"n_seeds={n_seeds}",
+                                    "train.tol=0"])
     obj = validate(cfg)
     steps, train_s = rec["timings"]["steps"], rec["timings"]["train_s"]
     single = [_plain_loop(obj, seed, 1) for seed in range(single_seeds)]
