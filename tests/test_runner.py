@@ -105,3 +105,20 @@ def test_bad_override_fails_at_composition(override, words):
     with pytest.raises(Exception) as err:
         compose(["experiment=xor_phase_dm", override])
     assert all(w in str(err.value) for w in words)
+
+
+@pytest.mark.parametrize("criterion", ["train.tol=1e-9", "train.tol_grad=1e-9"])
+def test_early_stop_when_every_seed_has_converged(job_config, criterion):
+    """Softmax GD reaches loss ~0 fast: each seed's convergence step is recorded and training stops
+    before the step budget, once all have converged; without a tolerance it runs every step."""
+    base = ["experiment=xor_attention_variants", "task.d=16", "train.steps=3000", "train.log_every=10",
+            "train.eta0=1.0", "n_seeds=3"]
+    cfg, _ = job_config(*base, criterion)
+    assert run_job(cfg)["status"] == "complete"
+    rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
+    converged = rec["derived"]["converged_step"]
+    assert len(converged) == 3 and all(0 < s <= rec["timings"]["steps"] for s in converged)
+    assert rec["timings"]["steps"] == max(converged) < 3000
+    full, _ = job_config(*base, "train.steps=300")
+    assert run_job(full)["status"] == "complete"
+    assert read_record(record_path(full.paths.outputs, full.experiment, job_key(full)))["timings"]["steps"] == 300

@@ -105,14 +105,12 @@ class ReplicaModule(pl.LightningModule):
         else:
             opt.zero_grad()
             loss = self._objective(step)
-            grad_norm = self._grad_norm() if self.tol_grad > 0 else None
             opt.step()
         done = step + 1
         if done % self.log_every == 0 or done == self.steps:
             self._log_curves(done)
-            if self.optimizer_name == "lbfgs" and self.tol_grad > 0:
-                grad_norm = self._grad_norm()
-            self._check_convergence(done, loss.detach(), grad_norm if self.tol_grad > 0 else None)
+            # p.grad still holds this step's gradient (it is zeroed at the next step's start)
+            self._check_convergence(done, loss.detach(), self._grad_norm() if self.tol_grad > 0 else None)
 
     def _check_convergence(self, step: int, objective: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
         if self.tol <= 0 and self.tol_grad <= 0:
