@@ -23,7 +23,7 @@ import pandas as pd
 from . import cross_validation, series
 from .claims import Claim, fmt, interval, judge
 from .figure_spec import FigureSpec, register
-from .fits import NAN, bootstrap, percentile_ci, power_law_fit, threshold_crossing
+from .fits import NAN, bootstrap_ci, power_law_fit, threshold_crossing
 from .plotting import PANEL, fit_line, no_data, palette
 from .seed_stats import difference, mean_claim, mean_se, median_claim, summary
 from .tables import ExperimentData, select
@@ -88,9 +88,7 @@ def log_crossing_below(x: np.ndarray, y: np.ndarray, level: float) -> float:
 
 def boot_ci(df: pd.DataFrame, statistic) -> tuple[float, float]:
     """95% seed-bootstrap interval of statistic(df) (seeds resampled within each job)."""
-    if df.empty:
-        return NAN, NAN
-    return percentile_ci(bootstrap(df, ["key"], statistic, N_BOOT))
+    return bootstrap_ci(df, ["key"], statistic, N_BOOT)[1:]
 
 
 def listing(xs, ys, name: str = "α") -> str:

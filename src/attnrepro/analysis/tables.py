@@ -27,8 +27,6 @@ import pandas as pd
 
 from ..runs.records import CorruptRecord, scan
 
-ID_COLUMNS = ("experiment", "key", "replica", "seed", "n_seeds")
-
 
 @dataclass
 class ExperimentData:

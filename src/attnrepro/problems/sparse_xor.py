@@ -78,12 +78,11 @@ class XorAttentionProblem(nn.Module):
     @torch.no_grad()
     def evaluate(self) -> dict[str, Tensor]:
         gamma, gamma_t = self.model.heads()
-        take = lambda v, i: v.gather(-1, i[:, None])[:, 0]  # noqa: E731
         out = {
             "loss": X.population_loss(gamma, gamma_t, self.p, self.q, self.noise),
             "xor_correlation": X.xor_correlation(gamma, gamma_t, self.p, self.q),
-            "mass_pq": take(gamma, self.p) + take(gamma, self.q),
-            "mass_pq_tilde": take(gamma_t, self.p) + take(gamma_t, self.q),
+            "mass_pq": X.at(gamma, self.p) + X.at(gamma, self.q),
+            "mass_pq_tilde": X.at(gamma_t, self.p) + X.at(gamma_t, self.q),
         }
         if self.samples is not None:
             out["train_loss"] = self.accumulate(None)

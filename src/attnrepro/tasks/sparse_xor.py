@@ -49,8 +49,12 @@ def population_loss(gamma: Tensor, gamma_t: Tensor, p: Tensor, q: Tensor, noise:
 
 def xor_correlation(gamma: Tensor, gamma_t: Tensor, p: Tensor, q: Tensor) -> Tensor:
     """E[f(x) y] for noiseless y: g_p g~_q + g_q g~_p; 1 when the heads sit on p and q."""
-    take = lambda v, i: v.gather(-1, i.unsqueeze(-1)).squeeze(-1)  # noqa: E731
-    return take(gamma, p) * take(gamma_t, q) + take(gamma, q) * take(gamma_t, p)
+    return at(gamma, p) * at(gamma_t, q) + at(gamma, q) * at(gamma_t, p)
+
+
+def at(v: Tensor, i: Tensor) -> Tensor:
+    """v[..., i] with one index per leading position: v (..., d), i (...) -> (...)."""
+    return v.gather(-1, i.unsqueeze(-1)).squeeze(-1)
 
 
 def all_inputs(d: int, dtype=torch.float64) -> Tensor:
