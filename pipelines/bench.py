@@ -12,6 +12,15 @@ Each case runs in its own process, so its peak resident memory is its own.
                  (run_job -> fit -> Lightning) against a plain PyTorch loop of the same
                  problem one seed at a time, and Lightning's overhead (pipeline train
                  time against the same 8-replica problem stepped in a plain loop).
+  theory_mmse  : paper B's Bayes-optimal MMSE curve, 100 values of alpha, Wishart target
+                 kappa0 = 0.5, T = 2 (tabulate m(qhat) at 160 points, then the curve).
+  theory_J     : J(delta, eps) and both partial derivatives on a 10 x 10 grid (100 points,
+                 10 distinct delta), Wishart target kappa0 = 0.5; and the same grid for the
+                 power-law target at d = 100 (100 atoms).
+  theory_se    : the ERM state evolution, softmax channel, T = 2, Wishart kappa0 = 0.5,
+                 Delta = 0.5, kappa = 1, quick-profile settings (10000 Monte Carlo draws): one
+                 (alpha, lambda) point from a cold start, and every state-evolution curve of
+                 tied_interpolation_peak's quick grid (3 lambda x 6 alpha) through the theory stage.
 """
 
 from __future__ import annotations
@@ -134,7 +143,69 @@ def case_tied_factorized(d: int = 100, n_seeds: int = 8, single_seeds: int = 2) 
             "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
 
 
-CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized}
+def case_theory_mmse(points: int = 100) -> dict:
+    import numpy as np
+
+    from attnrepro.theory.bayes_optimal import PriorCurve
+    from attnrepro.theory.spectral_laws import MarchenkoPastur
+
+    def curve():
+        PriorCurve.tabulate(MarchenkoPastur(0.5)).mmse(np.linspace(0, 0.4, points), 2)
+
+    return {"case": f"Bayes-optimal MMSE curve, {points} values of alpha, Wishart kappa0 = 0.5, T = 2",
+            "whole curve (s, median of 3)": _median_time(curve, 3), "peak RSS (MB)": _peak_mb()}
+
+
+def case_theory_J(n: int = 10) -> dict:
+    import numpy as np
+
+    from attnrepro.theory.free_convolution import FreeConvolution
+    from attnrepro.theory.spectral_laws import MarchenkoPastur, power_law
+
+    def grid(law):
+        def run():
+            for delta in np.geomspace(0.05, 3.0, n):
+                fc = FreeConvolution(law, delta)
+                eps = np.linspace(0.0, 3.0, n)
+                fc.J(eps), fc.dJ_deps(eps), fc.dJ_ddelta(eps)
+        return run
+
+    return {"case": f"J, dJ/deps, dJ/ddelta on a {n} x {n} (delta, eps) grid",
+            "Wishart kappa0 = 0.5 (s, median of 3)": _median_time(grid(MarchenkoPastur(0.5)), 3),
+            "power law d = 100, gamma = 1 (s, median of 3)": _median_time(grid(power_law(100, 1.0)), 3),
+            "peak RSS (MB)": _peak_mb()}
+
+
+def case_theory_se() -> dict:
+    import torch
+
+    from attnrepro.runs import theory_runs
+    from attnrepro.theory.output_channel import OutputChannel
+    from attnrepro.theory.spectral_laws import MarchenkoPastur
+    from attnrepro.theory.state_evolution import solve_continued
+
+    law = MarchenkoPastur(0.5)
+    points = {}
+    for lam in (0.1, 0.03):
+        t = time.perf_counter()
+        p = solve_continued(law, OutputChannel(2, law.Q0, 0.5, samples=10000), 0.2, lam, 1.0, tol=1e-5)
+        points[lam] = (time.perf_counter() - t, p.iterations)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = theory_runs.theory_settings("quick", [f"paths.outputs={tmp}",
+                                                         "experiments=[tied_interpolation_peak]"])
+        t = time.perf_counter()
+        theory_runs.run(settings, log=lambda *_: None)
+        figure_s = time.perf_counter() - t
+    return {"case": "ERM state evolution, softmax, T = 2, kappa0 = 0.5, Delta = 0.5, kappa = 1, 10000 draws",
+            "one point alpha = 0.2, lambda = 0.1, cold start (s)": points[0.1][0],
+            "  its iterations": points[0.1][1],
+            "one point alpha = 0.2, lambda = 0.03, cold start via the lambda path (s)": points[0.03][0],
+            "tied_interpolation_peak quick curves, 3 lambda x 6 alpha (s)": figure_s,
+            "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+
+
+CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized,
+         "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se}
 
 
 def main() -> int:

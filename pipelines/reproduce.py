@@ -1,10 +1,11 @@
-"""Every figure from one command: run each experiment's sweep, aggregate, render.
+"""Every figure from one command: run each experiment's sweep, its theory curves, aggregate, render.
 
     python pipelines/reproduce.py --profile quick            # what `make reproduce-figures` runs
     python pipelines/reproduce.py --profile smoke --only xor_phase_dm
 
-Each sweep is `pipelines/train.py -m experiment=<name> profile=<profile>`;
-jobs whose record is complete are skipped, so a second run trains nothing.
+Each sweep is `pipelines/train.py -m experiment=<name> profile=<profile>`, then
+`pipelines/theory.py` computes the theory curves of the experiments that have them;
+jobs and curves whose record is complete are skipped, so a second run computes nothing.
 Extra arguments after `--` go to every sweep (e.g. `-- trainer.accelerator=cpu`).
 """
 
@@ -48,6 +49,13 @@ def main() -> int:
               f"{time.perf_counter() - t:.1f}s (total {time.perf_counter() - start:.1f}s) ===", flush=True)
         if rc != 0:
             failed_sweeps.append(name)
+    from attnrepro.theory.curves import theory_experiments
+
+    with_theory = [n for n in names if n in theory_experiments()]
+    rc_theory = 0
+    if with_theory:
+        print(f"\n=== theory curves ({', '.join(with_theory)}) ===", flush=True)
+        rc_theory = run(["pipelines/theory.py", f"profile={args.profile}", f"experiments=[{','.join(with_theory)}]"])
     figures = []
     if args.only:  # the figures whose every source was swept
         from attnrepro.analysis.figure_spec import specs
@@ -60,7 +68,9 @@ def main() -> int:
     print(f"\nreproduce-figures finished in {time.perf_counter() - start:.1f}s")
     if failed_sweeps:
         print(f"sweeps that did not finish: {failed_sweeps} (their recorded jobs are in the report)")
-    return 1 if (failed_sweeps or rc_agg or rc_fig) else 0
+    if rc_theory:
+        print("some theory curves failed: their reasons are in outputs/theory/ and the report")
+    return 1 if (failed_sweeps or rc_theory or rc_agg or rc_fig) else 0
 
 
 if __name__ == "__main__":

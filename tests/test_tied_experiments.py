@@ -15,14 +15,16 @@ from attnrepro.analysis.aggregate import aggregate
 from attnrepro.analysis.figure_spec import specs
 from attnrepro.analysis.report import build_report
 from attnrepro.problems.tied_decomposition import TERMS, decompose
+from attnrepro.runs import theory_runs
 from attnrepro.runs.grid import compose, experiments, grid_points
 from attnrepro.runs.keys import job_key, semantic_config
 from attnrepro.runs.records import SCHEMA, record_path, write_record
 from attnrepro.tasks.attention_indexed import haar_orthogonal
 
 FIGURES = ["tied_error_vs_alpha", "tied_factorized_vs_direct", "tied_spectra", "tied_scaling_laws",
-           "tied_error_decomposition"]
-EXPERIMENTS = ["tied_error_vs_alpha", "tied_factorized_vs_direct", "tied_spectra", "tied_scaling_laws"]
+           "tied_error_decomposition", "tied_bayes_gap"]
+EXPERIMENTS = ["tied_error_vs_alpha", "tied_factorized_vs_direct", "tied_spectra", "tied_scaling_laws",
+               "tied_interpolation_peak"]
 
 
 # ---------------------------------------------------------------- cross-validation
@@ -147,6 +149,7 @@ def fake_tied_outputs(tmp_path_factory):
             cfg = compose(ov)
             key = job_key(cfg)
             write_record(record_path(out, exp, key), _fake_record(exp, ov, key, semantic_config(cfg)))
+    theory_runs.run(theory_runs.theory_settings("smoke", [f"paths.outputs={out}"]), log=lambda *_: None)
     aggregate(out, "smoke", FIGURES, log=lambda *_: None)
     return out
 
@@ -169,6 +172,15 @@ def test_tied_figures_render_with_claims(fake_tied_outputs):
     table = pd.read_parquet(fake_tied_outputs / "results" / "tied_factorized_vs_direct.parquet")
     assert set(table["model.param"]) == {"factorized", "direct"} and table["selected"].any()
     assert (table["source"] == "simulation").all()
+    # theory: alpha_interp on tied_error_vs_alpha, the MMSE curves on tied_bayes_gap, the fitted law on tied_spectra
+    for name, column in (("tied_error_vs_alpha", "alpha_interp"), ("tied_bayes_gap", "mmse"),
+                         ("tied_spectra", "ks"), ("tied_error_vs_alpha", "converged")):
+        table = pd.read_parquet(fake_tied_outputs / "results" / f"{name}.parquet")
+        assert table.loc[table["source"] == "theory", column].notna().any(), name
+    spectra = pd.read_parquet(fake_tied_outputs / "results" / "tied_spectra.parquet")
+    assert {"fit", "erm_state_evolution"} <= set(spectra["curve"].dropna())
+    claims = report.claims[report.claims["figure"] == "tied_error_vs_alpha"]["claim"]
+    assert claims.str.contains("state evolution against simulation").any()
 
 
 def test_theory_rows_are_drawn_as_lines(fake_tied_outputs):

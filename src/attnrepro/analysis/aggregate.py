@@ -15,6 +15,9 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..runs.theory_runs import load as load_theory
+from ..runs.theory_runs import theory_settings
+from ..theory.curves import theory_experiments
 from .figure_spec import error_text, specs
 from .tables import ExperimentData, load_experiment, status_line
 
@@ -78,8 +81,16 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
     outputs = Path(outputs)
     selected = specs(names)
     data: dict[str, ExperimentData] = {}
+    settings = None
     for exp in sorted({s for spec in selected for s in spec.sources}):
         data[exp] = load_experiment(outputs, exp, profile)
+        if exp in theory_experiments():
+            try:
+                settings = settings or theory_settings(profile)
+                data[exp].theory, data[exp].status["theory"] = load_theory(outputs, exp, settings)
+            except Exception as e:  # a broken theory conf must not hide the simulations
+                data[exp].status["theory_error"] = error_text(e)
+                log(f"{exp}: THEORY NOT LOADED: {type(e).__name__}: {e}")
         log(status_line(data[exp].status))
     old = read_status(outputs)
     status = old if old.get("profile") == profile else {}

@@ -84,6 +84,12 @@ def _jobs_html(status: dict) -> str:
     items = [("failed", j.get("reason", ""), " ".join(j.get("overrides", []))) for j in status["failed"]]
     items += [("corrupt", j["error"], j["path"]) for j in status["corrupt"]]
     items += [("missing", "", " ".join(j["overrides"])) for j in status["missing"]]
+    th = status.get("theory") or {}
+    items += [("theory failed", j["reason"], j["curve"]) for j in th.get("failed", [])]
+    items += [("theory corrupt", j["error"], j["key"]) for j in th.get("corrupt", [])]
+    items += [("theory missing", "run pipelines/theory.py", c) for c in th.get("missing", [])]
+    if status.get("theory_error"):
+        parts.append(f"<pre class='err'>theory not loaded: {_esc(status['theory_error'])}</pre>")
     if items:
         rows = "".join(f"<tr><td>{k}</td><td>{_esc(what)}</td><td>{_esc(why)}</td></tr>"
                        for k, why, what in items)

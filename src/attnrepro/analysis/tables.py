@@ -30,13 +30,15 @@ from ..runs.records import CorruptRecord, scan
 
 @dataclass
 class ExperimentData:
-    """The frames of one experiment plus its sweep status (see :func:`status_summary`)."""
+    """The frames of one experiment plus its sweep status (see :func:`load_experiment`), and the
+    rows of its theory curves (runs.theory_runs.load; empty for experiments without theory)."""
 
     experiment: str
     final: pd.DataFrame
     curves: pd.DataFrame
     arrays: pd.DataFrame
     status: dict = field(default_factory=dict)
+    theory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -227,6 +229,10 @@ def status_line(status: dict) -> str:
             f"{len(status['missing'])} missing")
     if status.get("other"):
         line += f", {status['other']} records not in this profile's grid (other profile or config) ignored"
+    th = status.get("theory")
+    if th:
+        line += (f"; theory {th['complete']}/{th['expected']} curves, {len(th['failed'])} failed, "
+                 f"{len(th['missing'])} missing")
     return line
 
 

@@ -24,6 +24,7 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from . import sparse_xor, tied
+from .theory import TheoryConfig
 
 PAPERS = [sparse_xor, tied]
 
@@ -130,6 +131,7 @@ def register_configs() -> None:
             OmegaConf.register_new_resolver(name, fn)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(name="theory_schema", node=TheoryConfig)
     for schemas in [SCHEMAS, *(paper.SCHEMAS for paper in PAPERS)]:
         for group, entries in schemas.items():
             for name, node in entries.items():

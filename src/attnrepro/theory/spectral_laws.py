@@ -1,0 +1,196 @@
+"""Spectral laws mu0 of the target S0 (paper B), as the free-convolution solver needs them.
+
+A law gives, for omega = u + iv in the upper half-plane,
+
+    f(u, v) = int mu0(dt) / ((u - t)^2 + v^2),      h(u, v) = int (u - t) mu0(dt) / ((u - t)^2 + v^2),
+
+i.e. its Stieltjes transform G0(omega) = int mu0(dt) / (omega - t) = h - i v f, its point masses
+(where the solver refines its grid) and the interval holding its support.
+
+- :class:`Atomic`: a finite list of eigenvalues with weights (explicit targets, the power law at
+  finite d, the empirical spectrum of one drawn S0);
+- :class:`MarchenkoPastur`: the d -> infinity law of the Wishart target S0 = W0 W0^T / sqrt(p0 d),
+  kappa0 = p0/d: S0 = sqrt(kappa0) W0 W0^T / p0, so its law is sqrt(kappa0) x MP(ratio a = 1/kappa0),
+  with an atom of mass 1 - kappa0 at 0 when kappa0 < 1, mean sqrt(kappa0) and Q0 = E x^2 = 1 + kappa0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class SpectralLaw:
+    """Interface: f_h(u, v) -> (f, h); atoms -> [(position, mass)]; support -> (lo, hi); moment(k)."""
+
+    atoms: tuple[tuple[float, float], ...] = ()
+    support: tuple[float, float] = (0.0, 0.0)
+
+    def f_h(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def moment(self, k: int) -> float:
+        raise NotImplementedError
+
+    def dstieltjes(self, z: np.ndarray) -> np.ndarray:
+        """G0'(z) = -int mu0(dt) / (z - t)^2, Im z >= 0 (z off the support)."""
+        raise NotImplementedError
+
+    def stieltjes(self, z: np.ndarray) -> np.ndarray:
+        """G0(z) = int mu0(dt) / (z - t), Im z > 0."""
+        z = np.asarray(z, dtype=complex)
+        f, h = self.f_h(z.real, z.imag)
+        return h - 1j * z.imag * f
+
+    @property
+    def Q0(self) -> float:
+        """int x^2 mu0(dx) = ||S0||_F^2 / d."""
+        return self.moment(2)
+
+
+@dataclass(frozen=True)
+class Atomic(SpectralLaw):
+    """mu0 = sum_i w_i delta_{t_i} (weights default to 1/len(values))."""
+
+    values: tuple[float, ...]
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        t = np.asarray(self.values, dtype=float).ravel()
+        if t.size == 0 or not np.isfinite(t).all():
+            raise ValueError("an atomic law needs at least one finite eigenvalue")
+        w = np.full(t.size, 1.0 / t.size) if self.weights is None else np.asarray(self.weights, dtype=float)
+        if w.shape != t.shape or (w < 0).any() or not math.isclose(w.sum(), 1.0, rel_tol=1e-9):
+            raise ValueError("weights must be non-negative, one per value, and sum to 1")
+        # merge equal values (a zero-padded spectrum has one atom at 0, not d - k of them)
+        t, inverse = np.unique(t, return_inverse=True)
+        w = np.bincount(inverse, weights=w)
+        object.__setattr__(self, "_t", t)
+        object.__setattr__(self, "_w", w)
+
+    @property
+    def atoms(self):
+        return tuple(zip(self._t.tolist(), self._w.tolist()))
+
+    @property
+    def support(self):
+        return float(self._t[0]), float(self._t[-1])
+
+    def f_h(self, u, v):
+        u, v = np.broadcast_arrays(np.asarray(u, float), np.asarray(v, float))
+        out_f, out_h = np.empty(u.shape), np.empty(u.shape)
+        flat_u, flat_v = u.ravel(), v.ravel()
+        chunk = max(1, 2_000_000 // self._t.size)  # bounded memory for long lists
+        for s in range(0, flat_u.size, chunk):
+            du = flat_u[s:s + chunk, None] - self._t[None, :]
+            inv = self._w / (du * du + flat_v[s:s + chunk, None] ** 2)
+            out_f.ravel()[s:s + chunk] = inv.sum(axis=1)
+            out_h.ravel()[s:s + chunk] = (du * inv).sum(axis=1)
+        return out_f, out_h
+
+    def dstieltjes(self, z):
+        z = np.asarray(z, dtype=complex)
+        out = np.empty(z.shape, dtype=complex)
+        flat = z.ravel()
+        chunk = max(1, 2_000_000 // self._t.size)
+        for s in range(0, flat.size, chunk):
+            out.ravel()[s:s + chunk] = -(self._w / (flat[s:s + chunk, None] - self._t[None, :]) ** 2).sum(axis=1)
+        return out
+
+    def moment(self, k):
+        return float(np.sum(self._w * self._t ** k))
+
+
+@dataclass(frozen=True)
+class MarchenkoPastur(SpectralLaw):
+    """Law of S0 = W0 W0^T / sqrt(p0 d), kappa0 = p0 / d, as d -> infinity.
+
+    With a = 1/kappa0 and c = sqrt(a) - 1/sqrt(a), its Stieltjes transform solves
+    -sqrt(a) z g^2 + (z + c) g - 1 = 0 (SPEC's cubic at Delta = 0), so
+    g = 2 / (z + c + sqrt(z - l-) sqrt(z - l+)), l+- = sqrt(kappa0) (1 +- sqrt(a))^2:
+    the continuous part on [l-, l+] and, for kappa0 < 1, an atom 1 - kappa0 at 0.
+    """
+
+    kappa0: float
+
+    def __post_init__(self):
+        if not self.kappa0 > 0:
+            raise ValueError(f"kappa0 must be > 0, got {self.kappa0}")
+
+    @property
+    def edges(self) -> tuple[float, float]:
+        s, r = math.sqrt(self.kappa0), math.sqrt(1 / self.kappa0)
+        return s * (1 - r) ** 2, s * (1 + r) ** 2
+
+    @property
+    def atoms(self):
+        return ((0.0, 1.0 - self.kappa0),) if self.kappa0 < 1 else ()
+
+    @property
+    def support(self):
+        lo, hi = self.edges
+        return (0.0 if self.kappa0 < 1 else lo), hi
+
+    def _g(self, z):
+        a = 1 / self.kappa0
+        c = math.sqrt(a) - 1 / math.sqrt(a)
+        lo, hi = self.edges
+        return 2.0 / (z + c + np.sqrt(z - lo) * np.sqrt(z - hi))
+
+    def f_h(self, u, v):
+        u, v = np.broadcast_arrays(np.asarray(u, float), np.asarray(v, float))
+        g = self._g(u + 1j * v)
+        with np.errstate(divide="ignore", invalid="ignore"):  # v = 0: f is not needed there
+            return -g.imag / v, g.real
+
+    def dstieltjes(self, z):
+        a = 1 / self.kappa0
+        c = math.sqrt(a) - 1 / math.sqrt(a)
+        lo, hi = self.edges
+        z = np.asarray(z, dtype=complex)
+        s = np.sqrt(z - lo) * np.sqrt(z - hi)
+        ds = 0.5 * s * (1 / (z - lo) + 1 / (z - hi))
+        return -2.0 * (1 + ds) / (z + c + s) ** 2
+
+    def density(self, x: np.ndarray) -> np.ndarray:
+        """The continuous part: sqrt((l+ - x)(x - l-)) / (2 pi sqrt(kappa0) x / kappa0) on [l-, l+]
+        (mass min(1, kappa0))."""
+        x = np.asarray(x, float)
+        lo, hi = self.edges
+        inside = (x > lo) & (x < hi)
+        out = np.zeros_like(x)
+        xi = x[inside]
+        out[inside] = np.sqrt((hi - xi) * (xi - lo)) * self.kappa0 / (2 * math.pi * math.sqrt(self.kappa0) * xi)
+        return out
+
+    def moment(self, k):
+        """kappa0^(k/2) m_k, m_k the moments of W0 W0^T / p0 (ratio a = 1/kappa0): 1, 1, 1 + a, 1 + 3a + a^2."""
+        a = 1 / self.kappa0
+        m = {0: 1.0, 1: 1.0, 2: 1 + a, 3: 1 + 3 * a + a * a}
+        if k not in m:
+            raise ValueError("moments up to 3 only")
+        return self.kappa0 ** (k / 2) * m[k]
+
+
+def power_law(d: int, gamma: float) -> Atomic:
+    """The power-law target at dimension d: eigenvalues sqrt(d) i^-gamma, i = 1..d."""
+    i = np.arange(1, d + 1, dtype=float)
+    return Atomic(tuple(math.sqrt(d) * i ** (-gamma)))
+
+
+def target_law(target: str, d: int | None = None, kappa0: float = 0.5, gamma: float = 1.0,
+               eigenvalues=None) -> SpectralLaw:
+    """mu0 of a task's target: wishart (the d -> infinity law), power_law (at dimension d),
+    explicit (the given eigenvalues, zero-padded to d)."""
+    if target == "wishart":
+        return MarchenkoPastur(kappa0)
+    if d is None:
+        raise ValueError(f"target {target!r} needs d")
+    if target == "power_law":
+        return power_law(d, gamma)
+    if target == "explicit":
+        ev = list(eigenvalues or [])
+        return Atomic(tuple(ev + [0.0] * (d - len(ev))))
+    raise ValueError(f"unknown target {target!r}")
