@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..theory import learned_spectrum
+from ..theory import effective_estimator, learned_spectrum
 from ..theory.scaling_laws import excess_error_exponent
 from ..theory.spectral_laws import Atomic
 from . import cross_validation, series
@@ -781,10 +781,23 @@ register(FigureSpec(
 # ---------------------------------------------------------------- 5. error decomposition
 
 def decomposition_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
-    """Rows: (key, replica) of tied_error_vs_alpha with the four terms, their sum and the errors."""
+    """Rows: (key, replica) of tied_error_vs_alpha with the four terms, their sum and the errors; and
+    theory rows: the terms of S_eff = eta ReLU(S0 + delta Z - eps I) at the simulations' d, (eta, delta,
+    eps) from every converged, valid point of the ERM state evolution (theory.effective_estimator)."""
     df = rows(data, ERROR_VS_ALPHA, [*ID, *CONFIG, *METRICS])
     df["terms_sum"] = df[list(TERMS)].sum(axis=1, min_count=len(TERMS))
-    return df
+    se = theory_rows(data, ERROR_VS_ALPHA, SE_CURVE)
+    if df.empty or se.empty:
+        return df
+    d = int(pd.to_numeric(df["task.d"]).median())
+    out = []
+    for _, r in se[se["converged"].astype(bool) & se["valid"].astype(bool)].iterrows():
+        terms = effective_estimator.decomposition(d, r["eta"], r["delta"], r["eps"], r["task.target"],
+                                                  r["task.kappa0"])
+        out.append({"task.Delta": r["task.Delta"], "model.lam": r["model.lam"], "task.alpha": r["task.alpha"],
+                    "model.kappa": r["model.kappa"], "task.d": d, **terms, "terms_sum": terms["estimation_error"],
+                    "se_estimation_error": r["estimation_error"], series.SOURCE: series.THEORY})
+    return pd.concat([df, pd.DataFrame(out)], ignore_index=True) if out else df
 
 
 def _panels(table: pd.DataFrame) -> list[tuple[float, float]]:
@@ -800,10 +813,20 @@ def _panels(table: pd.DataFrame) -> list[tuple[float, float]]:
     return out
 
 
+def _theory_panels(table: pd.DataFrame) -> list[tuple[float, float]]:
+    """(Delta, lambda) with theory rows, the smallest such lambda at every Delta."""
+    th = series.theory(table)
+    if th.empty:
+        return []
+    return [(delta, float(at(th, task_Delta=delta)["model.lam"].min())) for delta in series.levels(th, "task.Delta")]
+
+
 def decomposition_plot(table: pd.DataFrame):
     panels = _panels(table)
+    panels += [p for p in _theory_panels(table) if p not in panels]
     fig, axes = grid(1, len(panels), "estimation error ||S - S0||²/d and its four terms, mean ± s.e.; "
-                                     "λ = 0 and the λ with the smallest validation error")
+                                     "λ = 0, the λ with the smallest validation error and the smallest λ with "
+                                     "theory (lines)")
     for ax, (delta, lam) in zip(axes[0], panels, strict=True):
         t = at(table, task_Delta=delta, model_lam=lam)
         long = t.melt(id_vars=[c for c in t.columns if c not in TERMS], value_vars=list(TERMS), var_name="term")
@@ -853,6 +876,32 @@ def decomposition_claims(table: pd.DataFrame) -> list[Claim]:
                                 f"recovered modes (seed means): {listing(x, n_rec)} (max {fmt(p0)})"))
     for delta, lam in [(d, lam) for d, lam in _panels(sim) if d > 0 and lam > 0]:
         out += _over_claims(at(sim, task_Delta=delta), delta, lam)
+    return out + _decomposition_theory_claims(table)
+
+
+TERMS_LEVEL, TERMS_FLOOR = 0.2, 1e-3  # theory vs simulation: median |relative deviation| of the terms > floor
+
+
+def _decomposition_theory_claims(table: pd.DataFrame) -> list[Claim]:
+    """Per (Delta, lambda) with theory: the terms of S_eff against the simulated terms."""
+    out, sim, th = [], series.simulation(table), series.theory(table)
+    for (delta, lam), g in (th.groupby(["task.Delta", "model.lam"], sort=True) if not th.empty else []):
+        s = at(sim, task_Delta=delta, model_lam=lam)
+        devs, listed = [], []
+        for term in TERMS:
+            x, m = seed_means(s, "task.alpha", term)
+            theory = np.interp(x, g.sort_values("task.alpha")["task.alpha"], g.sort_values("task.alpha")[term],
+                               left=np.nan, right=np.nan)
+            ok = np.isfinite(theory) & (np.maximum(np.abs(theory), np.abs(m)) > TERMS_FLOOR)
+            d = (m[ok] - theory[ok]) / theory[ok]
+            devs += list(d)
+            listed.append(f"{term}: median {fmt(float(np.median(np.abs(d))) if d.size else NAN)}")
+        med = float(np.median(np.abs(devs))) if devs else NAN
+        out.append(judge(DECOMPOSITION, f"Δ = {delta:g}, λ = {lam:g}: the four terms of η ReLU(S0 + δZ - εI) with "
+                                        "(η, δ, ε) of the ERM state evolution match the simulated terms (measured: "
+                                        f"median |relative deviation| over α and terms > {TERMS_FLOOR:g}; holds "
+                                        f"<= {TERMS_LEVEL:.0%})", med, lambda v: v <= TERMS_LEVEL,
+                         f"{len(devs)} values", "; ".join(listed)))
     return out
 
 
@@ -883,7 +932,9 @@ register(FigureSpec(
             "target directions not recovered, E_over = ‖P_Z S P_Z‖²/d in S0's null space (fitted noise bulk), "
             "E_coupling = the off-diagonal blocks between R, N and Z; the four add up to the estimation error "
             "exactly. Dashed: the test error. The β ≠ β0 mismatch term of paper B is 0 here (β = β0). Mean ± "
-            "s.e. over seeds; values below 1e-8 drawn at 1e-8.",
+            "s.e. over seeds; values below 1e-8 drawn at 1e-8. Lines without markers: the same terms for "
+            "S_eff = η ReLU(S0 + δZ - εI) at the runs' d (16 draws of S0 and Z), (η, δ, ε) from the ERM state "
+            "evolution, assuming Claim 4.1 holds for the matrix jointly with S0.",
 ))
 
 
@@ -901,7 +952,10 @@ def bayes_gap_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
         sim = sim.merge(chosen, on=["key", "replica"], how="left")
         sim["selected"] = sim["selected"].astype("boolean").fillna(False).astype(bool)
     th = theory_rows(data, ERROR_VS_ALPHA, BAYES_CURVE)
-    parts = [p for p in (sim, th) if not p.empty]
+    se = theory_rows(data, ERROR_VS_ALPHA, SE_CURVE)
+    if not se.empty:
+        se = se[(pd.to_numeric(se["task.Delta"]) == 0) & se["converged"].astype(bool)]
+    parts = [p for p in (sim, th, se) if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else sim.assign(selected=False)
 
 
@@ -909,9 +963,15 @@ def _erm_variants(sim: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"ERM, λ = 0": at(sim, model_lam=0.0), "ERM, cross-validated λ": sim[sim["selected"].astype(bool)]}
 
 
+def _bayes(table: pd.DataFrame) -> pd.DataFrame:
+    """The Bayes-optimal MMSE rows of the table."""
+    th = series.theory(table)
+    return th[th["curve"] == BAYES_CURVE] if "curve" in th else th
+
+
 def _own_mmse(table: pd.DataFrame) -> pd.DataFrame:
     """The MMSE curve at the simulations' (kappa0, T)."""
-    sim, th = series.simulation(table), series.theory(table)
+    sim, th = series.simulation(table), _bayes(table)
     if sim.empty or th.empty:
         return th.iloc[0:0]
     k0, T = sim["task.kappa0"].median(), sim["task.T"].median()
@@ -932,8 +992,14 @@ def bayes_gap_plot(table: pd.DataFrame):
         a.plot(own["task.alpha"], np.maximum(own["mmse"], FLOOR), "k-", lw=1.4,
                label=f"Bayes-optimal MMSE (κ0 = {own['task.kappa0'].iloc[0]:g}, T = {own['task.T'].iloc[0]:g})")
         a.axvline(own["alpha_pr"].iloc[0], color="0.3", ls=":", lw=0.8, label="α_PR = (2κ0 - κ0²)/(T² + T - 2)")
+    se = series.theory(table)
+    se = se[se["curve"] == SE_CURVE] if "curve" in se else se.iloc[0:0]
+    for i, (lam, g) in enumerate(se.groupby("model.lam", sort=True)):
+        g = g.sort_values("task.alpha")
+        a.plot(g["task.alpha"], np.maximum(g["estimation_error"], FLOOR), "--", lw=1.0, color=str(0.25 + 0.25 * i),
+               label=f"ERM theory (state evolution), λ = {lam:g}")
     finish(a, "α = n / d²", "||S - S0||² / d", logy=True)
-    th = series.theory(table)
+    th = _bayes(table)
     curves = th.groupby(["task.kappa0", "task.T"], sort=True) if not th.empty else []
     colors = palette(max(len(curves), 1))
     for ((k0, T), c), color in zip(curves, colors):
@@ -946,7 +1012,7 @@ def bayes_gap_plot(table: pd.DataFrame):
 
 def bayes_gap_claims(table: pd.DataFrame) -> list[Claim]:
     fig, out = BAYES_GAP, []
-    th, sim = series.theory(table), series.simulation(table)
+    th, sim = _bayes(table), series.simulation(table)
     for (k0, T), c in (th.groupby(["task.kappa0", "task.T"], sort=True) if not th.empty else []):
         c = c.sort_values("task.alpha")
         var0, m0 = float(c["prior_variance"].iloc[0]), float(c["mmse"].iloc[0])
@@ -991,7 +1057,8 @@ register(FigureSpec(
     caption="Left: estimation error ‖S - S0‖²/d of factorized ERM on noiseless labels (the Δ = 0 runs of "
             "tied_error_vs_alpha: Wishart target, seq2lab, κ = κ0 = 0.5, T = 2), at λ = 0 and at each seed's "
             "cross-validated λ, mean ± s.e. over seeds, against the Bayes-optimal MMSE of AIM-2025's state "
-            "evolution (d → ∞; line) and its perfect-recovery threshold α_PR (dotted). Right: the MMSE for "
+            "evolution (d → ∞; line) and its perfect-recovery threshold α_PR (dotted); dashed: ERM's own state "
+            "evolution at the λ > 0 it is solved for. Right: the MMSE for "
             "several κ0 and T. MMSE = m(q̂) with α = q̂ m(q̂)/(T² + T - 2), m(q̂) = 1/q̂ - (4π²/3q̂²)∫p³ of "
             "S0 + Z/√q̂ (theory.bayes_optimal).",
 ))

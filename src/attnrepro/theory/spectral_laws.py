@@ -38,12 +38,6 @@ class SpectralLaw:
         """G0'(z) = -int mu0(dt) / (z - t)^2, Im z >= 0 (z off the support)."""
         raise NotImplementedError
 
-    def stieltjes(self, z: np.ndarray) -> np.ndarray:
-        """G0(z) = int mu0(dt) / (z - t), Im z > 0."""
-        z = np.asarray(z, dtype=complex)
-        f, h = self.f_h(z.real, z.imag)
-        return h - 1j * z.imag * f
-
     @property
     def Q0(self) -> float:
         """int x^2 mu0(dx) = ||S0||_F^2 / d."""
