@@ -282,13 +282,18 @@ def state_evolution_claims(table: pd.DataFrame) -> list[Claim]:
                                       f"{SE_LEVEL:.0%} + 2 s.e.)", worst,
                                  lambda v, m=m: bool(all(rule(r) for _, r in m.iterrows())), "",
                                  "deviations: " + listing(m["task.alpha"], m["dev"])))
+    th = series.theory(table)
+    th = th[th["curve"] == SE_CURVE]
+    left_out = (f"theory points left out: {int((~th['converged'].astype(bool)).sum())} not converged (reasons in "
+                f"the records), {int((th['converged'].astype(bool) & ~th['valid'].astype(bool)).sum())} outside "
+                "κ >= 1 - F_δ(ε)")
     for d, g in dev.groupby("d", sort=True):
         for metric, name in SE_METRICS.items():
             m = g[g["metric"] == metric]["dev"].abs()
             out.append(judge(fig, f"d = {d:g}: median |relative deviation| of the {name}, state evolution against "
                                   f"simulation, at most {SE_LEVEL:.0%} (paper B's target at d = 200)",
                              float(m.median()), lambda v: v <= SE_LEVEL, f"{len(m)} points",
-                             f"largest {fmt(float(m.max()))}"))
+                             f"largest {fmt(float(m.max()))}; {left_out}"))
     return out
 
 
@@ -528,6 +533,7 @@ def spectrum_theory_rows(sim: pd.DataFrame, se: pd.DataFrame | None = None) -> p
                 "ks": learned_spectrum.ks_distance(learned, law.cdf), "rms": rms, "atom_fit": atom,
                 "atom_sim": float(np.mean(learned == 0)), "bulk_edge": edge,
                 "outliers_fit": d * sum(m for _, m in law.outliers()),
+                "top_outlier": max((y for y, _ in law.outliers()), default=NAN),
                 "outliers_sim": float(np.sum(learned > edge)) / n_seeds if np.isfinite(edge) else NAN,
                 series.SOURCE: series.THEORY}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
@@ -606,12 +612,14 @@ def _se_spectrum_claims(th: pd.DataFrame, st: pd.DataFrame) -> list[Claim]:
                                   "simulated one within 2 s.e. + 1/d (measured: law - simulation)",
                          r["atom_fit"] - atom, lambda v, t=tol: abs(v) <= t, f"± {fmt(atom_se)} (s.e.)",
                          f"law {fmt(r['atom_fit'])}, simulated {fmt(atom)}"))
-        top = g["eigenvalue"].max()
+        top = r["top_outlier"]  # the centre of the law's top piece, when it stands apart from the bulk
+        if not np.isfinite(top):
+            continue
         s1, s1_se, _ = mean_se(seeds["s1"])
         rel_tol = 2 * float(np.nan_to_num(s1_se)) / top + 0.05
-        out.append(judge(SPECTRA, f"α = {alpha:g}: the top eigenvalue of the state-evolution law (its largest "
-                                  "outlier) matches the simulated top eigenvalue within 2 s.e. + 5% (measured: "
-                                  "relative deviation)", (s1 - top) / top,
+        out.append(judge(SPECTRA, f"α = {alpha:g}: the top outlier of the state-evolution law (the centre of its "
+                                  "top isolated piece) matches the simulated top eigenvalue within 2 s.e. + 5% "
+                                  "(measured: relative deviation)", (s1 - top) / top,
                          lambda v, t=rel_tol: abs(v) <= t, f"± {fmt(s1_se)} (s.e.)",
                          f"law {fmt(top)}, simulated mean {fmt(s1)}"))
     return out

@@ -32,7 +32,7 @@ class TheoryCurve:
     settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
     extra: Callable[[object], list[dict]] = lambda s: []
     sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
-    include: Callable[[dict, object], bool] = lambda params, settings: True  # a point the settings leave out
+    include: Callable[[dict, object], bool] = lambda params, settings: True  # False: the settings leave it out
 
 
 TASK = ("task.target", "task.d", "task.kappa0", "task.gamma", "task.T", "task.Delta")

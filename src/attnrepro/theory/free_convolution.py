@@ -23,8 +23,10 @@ Functionals (the theory of paper B):
     K(delta, eps)     = int x (x - eps)_+ mu_delta(dx)
     F_delta(x)        = mu_delta((-inf, x])
 
-Accuracy (tests/test_free_convolution.py): with the default 400 nodes per interval the total
-mass is 1 to < 1e-5 and J matches closed forms to < 1e-5 relative.
+Accuracy (tests/test_free_convolution.py): the mass and the moments of mu_delta are exact to
+about 1e-12 (the trapezoid rule in theta is spectrally accurate for smooth integrands); J and its
+derivatives to about 1e-9 when eps lies outside the support, and to about 1e-5 relative at the
+default 400 nodes when the kink of (x - eps)_+ lies inside it (1.6e-6 at 1600 nodes).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ import numpy as np
 
 
 class SpectralLaw:
-    """Interface: f_h(u, v) -> (f, h); atoms -> [(position, mass)]; support -> (lo, hi); moment(k)."""
+    """Interface: f_h(u, v) -> (f, h); dstieltjes(z) = G0'(z); atoms -> [(position, mass)];
+    support -> (lo, hi); moment(k)."""
 
     atoms: tuple[tuple[float, float], ...] = ()
     support: tuple[float, float] = (0.0, 0.0)
