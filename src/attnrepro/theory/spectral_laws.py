@@ -59,8 +59,9 @@ class Atomic(SpectralLaw):
         w = np.full(t.size, 1.0 / t.size) if self.weights is None else np.asarray(self.weights, dtype=float)
         if w.shape != t.shape or (w < 0).any() or not math.isclose(w.sum(), 1.0, rel_tol=1e-9):
             raise ValueError("weights must be non-negative, one per value, and sum to 1")
-        # merge equal values (a zero-padded spectrum has one atom at 0, not d - k of them)
-        t, inverse = np.unique(t, return_inverse=True)
+        # merge equal values (a zero-padded spectrum has one atom at 0, not d - k of them; the same
+        # eigenvalues computed for several seeds differ only by rounding)
+        t, inverse = np.unique(np.round(t, 12), return_inverse=True)
         w = np.bincount(inverse, weights=w)
         object.__setattr__(self, "_t", t)
         object.__setattr__(self, "_w", w)
