@@ -1049,9 +1049,8 @@ def bayes_gap_claims(table: pd.DataFrame) -> list[Claim]:
                          float(np.min(z)) if z.size else NAN, lambda v: v >= -2, "",
                          "ERM - MMSE: " + listing(x, gap)))
     zero = _erm_variants(sim)["ERM, λ = 0"]
-    star = _ridgeless_crossing(zero.assign(**{"task.Delta": 0.0}))
-    lo, hi = boot_ci(zero, lambda t: log_crossing_below(*seed_means(t, "task.alpha", "estimation_error"),
-                                                        RECOVERY_LEVEL))
+    crossing = lambda t: log_crossing_below(*seed_means(t, "task.alpha", "estimation_error"), RECOVERY_LEVEL)  # noqa: E731
+    star, (lo, hi) = crossing(zero), boot_ci(zero, crossing)
     a_pr = float(own["alpha_pr"].iloc[0])
     out.append(judge(fig, f"ERM (λ = 0) recovers S0 where Bayes does: its error first drops below {RECOVERY_LEVEL:g} "
                           f"within 10% of α_PR = {fmt(a_pr)} (measured: relative deviation)",
