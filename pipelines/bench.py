@@ -18,9 +18,13 @@ Each case runs in its own process, so its peak resident memory is its own.
                  10 distinct delta), Wishart target kappa0 = 0.5; and the same grid for the
                  power-law target at d = 100 (100 atoms).
   theory_se    : the ERM state evolution, softmax channel, T = 2, Wishart kappa0 = 0.5,
-                 Delta = 0.5, kappa = 1, quick-profile settings (10000 Monte Carlo draws): one
-                 (alpha, lambda) point from a cold start, and every state-evolution curve of
-                 tied_interpolation_peak's quick grid (3 lambda x 6 alpha) through the theory stage.
+                 Delta = 0.5, kappa = 1, alpha = 0.1, quick-profile settings (Sobol' 2^12): one point
+                 at lambda = 0.1 and 1e-3, from a cold start and warm-started from alpha = 0.09
+                 (as along a sweep); and the quick profile's whole theory stage.
+  theory_limit : the softmax state evolution along lambda = 0.1 ... 1e-6 at alpha = 0.1 against
+                 its closed-form lambda -> 0+ limit (the gaps).
+  channel_accuracy : the output channel's Sobol' rules (2^12 quick, 2^16 paper) against 10^6
+                 Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
 """
 
 from __future__ import annotations
@@ -180,32 +184,95 @@ def case_theory_se() -> dict:
     import torch
 
     from attnrepro.runs import theory_runs
-    from attnrepro.theory.output_channel import OutputChannel
+    from attnrepro.theory.gaussian_rules import sobol
+    from attnrepro.theory.output_channel import SoftmaxChannel
     from attnrepro.theory.spectral_laws import MarchenkoPastur
-    from attnrepro.theory.state_evolution import solve_continued
+    from attnrepro.theory.state_evolution import solve, solve_continued
 
     law = MarchenkoPastur(0.5)
-    points = {}
-    for lam in (0.1, 0.03):
+    channel = SoftmaxChannel(2, law.Q0, 0.5, sobol(4, 12))
+    out = {"case": "ERM state evolution, softmax, T = 2, kappa0 = 0.5, Delta = 0.5, kappa = 1, alpha = 0.1, quick "
+                   "settings (Sobol' 2^12, tol 1e-6)"}
+    for lam in (0.1, 1e-3):
         t = time.perf_counter()
-        p = solve_continued(law, OutputChannel(2, law.Q0, 0.5, samples=10000), 0.2, lam, 1.0, tol=1e-5)
-        points[lam] = (time.perf_counter() - t, p.iterations)
+        p, _ = solve_continued(law, channel, 0.1, lam, 1.0, tol=1e-6)
+        out[f"lambda = {lam:g}, cold start (s)"] = time.perf_counter() - t
+        prev, jac = solve_continued(law, channel, 0.09, lam, 1.0, tol=1e-6)
+        t = time.perf_counter()
+        q, _ = solve(law, channel, 0.1, lam, 1.0, init=(prev.Sigma, prev.m, prev.q), jac=jac, tol=1e-6)
+        out[f"lambda = {lam:g}, warm start from alpha = 0.09 (s)"] = time.perf_counter() - t
+        out[f"lambda = {lam:g}, warm: channel evaluations"] = q.iterations
     with tempfile.TemporaryDirectory() as tmp:
-        settings = theory_runs.theory_settings("quick", [f"paths.outputs={tmp}",
-                                                         "experiments=[tied_interpolation_peak]"])
+        settings = theory_runs.theory_settings("quick", [f"paths.outputs={tmp}"])
         t = time.perf_counter()
-        theory_runs.run(settings, log=lambda *_: None)
-        figure_s = time.perf_counter() - t
-    return {"case": "ERM state evolution, softmax, T = 2, kappa0 = 0.5, Delta = 0.5, kappa = 1, 10000 draws",
-            "one point alpha = 0.2, lambda = 0.1, cold start (s)": points[0.1][0],
-            "  its iterations": points[0.1][1],
-            "one point alpha = 0.2, lambda = 0.03, cold start via the lambda path (s)": points[0.03][0],
-            "tied_interpolation_peak quick curves, 3 lambda x 6 alpha (s)": figure_s,
-            "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+        counts = theory_runs.run(settings, log=lambda *_: None)
+        out["quick profile's theory stage, every curve (s)"] = time.perf_counter() - t
+        out["  curves computed, failed"] = f"{counts['complete']}, {counts['failed']}"
+        out["  workers"] = settings.workers
+    out.update({"peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()})
+    return out
+
+
+def case_channel_accuracy() -> dict:
+    """The Sobol' rules of the quick (2^12) and paper (2^16) profiles against 10^6 Monte Carlo draws (10
+    batches of 10^5, s.e. from their spread), at five (Sigma, m, q)."""
+    import numpy as np
+
+    from attnrepro.theory.gaussian_rules import monte_carlo, sobol
+    from attnrepro.theory.output_channel import SoftmaxChannel
+
+    Q0, Delta, names = 1.5, 0.5, ("M", "dSigma", "dm", "dq")
+    points = [(0.5, 0.8, 1.0), (3.0, 1.0, 1.2), (30.0, 1.1, 1.3), (100.0, 1.2, 1.3), (3000.0, 1.3, 1.5)]
+    rules = {k: SoftmaxChannel(2, Q0, Delta, sobol(4, k)) for k in (12, 16)}
+    out = {"case": "output channel: Sobol' rules against 10^6 Monte Carlo draws (T = 2, Q0 = 1.5, Delta = 0.5); "
+                   "|rule - MC| / |MC| per quantity, and the MC s.e. (relative)"}
+    worst = {12: 0.0, 16: 0.0}
+    for pt in points:
+        mc = np.array([[getattr(SoftmaxChannel(2, Q0, Delta, monte_carlo(4, 100_000, seed=100 + b)).evaluate(*pt), k)
+                        for k in names] for b in range(10)])
+        mean, se = mc.mean(0), mc.std(0, ddof=1) / np.sqrt(10)
+        label = f"(Sigma, m, q) = {pt}"
+        out[f"{label} MC s.e."] = " ".join(f"{n} {s / abs(m):.1e}" for n, m, s in zip(names, mean, se, strict=True))
+        for k, ch in rules.items():
+            v = ch.evaluate(*pt)
+            dev = [abs(getattr(v, n) - m) / abs(m) for n, m in zip(names, mean, strict=True)]
+            worst[k] = max(worst[k], max(dev))
+            out[f"{label} 2^{k}"] = " ".join(f"{n} {x:.1e}" for n, x in zip(names, dev, strict=True))
+    out.update({f"largest deviation, 2^{k}": w for k, w in worst.items()})
+    return out
+
+
+def case_theory_limit() -> dict:
+    """The softmax state evolution along lambda at alpha = 0.1 < alpha_interp against its closed-form
+    lambda -> 0+ limit (kappa = 1, kappa0 = 0.5, T = 2, Delta = 0.5, Sobol' 2^14)."""
+    from attnrepro.theory.gaussian_rules import sobol
+    from attnrepro.theory.output_channel import SoftmaxChannel
+    from attnrepro.theory.spectral_laws import MarchenkoPastur
+    from attnrepro.theory.state_evolution import interpolating_limit, state_evolution_curve
+
+    law = MarchenkoPastur(0.5)
+    channel = SoftmaxChannel(2, law.Q0, 0.5, sobol(4, 14))
+    lim = interpolating_limit(law, 2, 0.5, 0.1)
+    E_lim, test_lim = law.Q0 - 2 * lim.m + lim.q, channel.test_error(lim.m, lim.q)
+    out = {"case": "softmax state evolution vs lambda at alpha = 0.1 (kappa = 1, kappa0 = 0.5, T = 2, Delta = 0.5, "
+                   "Sobol' 2^14): gaps to the closed-form lambda -> 0+ limit",
+           "limit: E, test error, eta, delta, eps": f"{E_lim:.5f} {test_lim:.5f} 1 {lim.delta:.5f} {lim.eps:.5f}"}
+    for lam in (0.1, 0.03, 0.01, 0.003, 0.001, 3e-4, 1e-4, 1e-5, 1e-6):
+        r = state_evolution_curve(law, channel, [0.1], lam, 1.0, 2, 0.5, tol=1e-8)[0]
+        if not r["converged"]:
+            out[f"lambda = {lam:g}"] = f"FAILED: {r['reason']}"
+            continue
+        out[f"lambda = {lam:g}"] = (f"E {r['estimation_error']:.5f} (gap {r['estimation_error'] - E_lim:+.2e}), test "
+                                    f"{r['test_error']:.5f} (gap {r['test_error'] - test_lim:+.2e}), eta - 1 "
+                                    f"{r['eta'] - 1:+.2e}, delta gap {r['delta'] - lim.delta:+.2e}, eps gap "
+                                    f"{r['eps'] - lim.eps:+.2e}, train {r['train_loss']:.2e}, prox residual "
+                                    f"{r['prox_residual']:.1e}, {r['channel_evaluations']} evaluations")
+    return out
 
 
 CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized,
-         "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se}
+         "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se,
+         "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit}
 
 
 def main() -> int:

@@ -1,75 +1,177 @@
 """The ERM state evolution (theory.output_channel, theory.state_evolution) against independent routes:
-closed forms of quadratic channels, finite differences, and SPEC's closed-form linear-channel solution."""
+brute-force minimisation of the proximal problem, the general softmax formulas, closed forms of
+quadratic channels, finite differences, SPEC's closed-form linear-channel solution, and the
+closed-form lambda -> 0+ limit."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import fsolve
+from scipy.optimize import fsolve, minimize
 
+from attnrepro.theory import output_channel as oc
 from attnrepro.theory.free_convolution import FreeConvolution
-from attnrepro.theory.output_channel import LinearChannel, OutputChannel, closed_form_M, entries, out_map
+from attnrepro.theory.gaussian_rules import gauss_hermite, monte_carlo, sobol
+from attnrepro.theory.interpolation import interpolation_threshold
+from attnrepro.theory.output_channel import (DifferenceCoordinates, LinearChannel, LogitDifferenceChannel,
+                                             ProxNotSolved, SoftmaxChannel, pair_loss, prox, softmax_loss)
 from attnrepro.theory.spectral_laws import MarchenkoPastur
-from attnrepro.theory.state_evolution import NotConverged, solve, solve_continued
+from attnrepro.theory.state_evolution import (NotConverged, interpolating_limit, null_point, solve, solve_damped,
+                                              state_evolution_curve)
 
 LAW = MarchenkoPastur(0.5)
 Q0, DELTA = LAW.Q0, 0.5
-POINTS = [(0.3, 0.8, 1.0), (2.0, 0.5, 0.7)]
+POINTS = [(0.5, 0.8, 1.0), (3.0, 1.0, 1.2), (100.0, 1.2, 1.3)]
 
 
-def _fd(f, x, h=1e-5):
-    return (f(x + h) - f(x - h)) / (2 * h)
+@pytest.fixture(scope="module")
+def channel():
+    return SoftmaxChannel(2, Q0, DELTA, sobol(4, 12))
 
 
-@pytest.mark.parametrize("sigma, m, q", POINTS)
-def test_linear_channel_monte_carlo_matches_its_closed_form(sigma, m, q):
-    """Newton + Monte Carlo (the linear channel through the generic proximal solver) against
-    closed_form_M and its finite-difference derivatives, within the Monte Carlo error (2%)."""
-    mc = OutputChannel(2, Q0, DELTA, channel="linear", samples=40000).evaluate(sigma, m, q)
-    exact = LinearChannel(2, Q0, DELTA)
-    A = exact.A
-    M = lambda s_, m_, q_: closed_form_M(2, Q0, DELTA, s_, m_, q_, A)  # noqa: E731
-    assert mc.M == pytest.approx(M(sigma, m, q), rel=0.02)
-    assert mc.dSigma == pytest.approx(_fd(lambda s_: M(s_, m, q), sigma), rel=0.02)
-    assert mc.dm == pytest.approx(_fd(lambda m_: M(sigma, m_, q), m), rel=0.02)
-    assert mc.dq == pytest.approx(_fd(lambda q_: M(sigma, m, q_), q), rel=0.03)
-    ex = exact.evaluate(sigma, m, q)  # the exact channel's autograd derivatives = finite differences
-    assert ex.dSigma == pytest.approx(_fd(lambda s_: M(s_, m, q), sigma), rel=1e-6)
-    assert ex.train_loss == pytest.approx(mc.train_loss, rel=0.03)
+def test_difference_coordinates_of_two_tokens():
+    """u = (x11 - x12, x22 - x12); G = D diag(2, 1, 2) D^T = [[3, 1], [1, 3]]; the logits X(u) differ from
+    the symmetric matrix of x by x12 in every entry (the shift the row softmax ignores)."""
+    c = DifferenceCoordinates(2)
+    assert torch.allclose(c.G, torch.tensor([[3.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    x = torch.tensor([0.3, -1.1, 2.0], dtype=torch.float64)
+    u = torch.tensor([x[0] - x[1], x[2] - x[1]])
+    X = torch.tensor([[x[0], x[1]], [x[1], x[2]]])
+    assert torch.allclose(c.logits(u), X - x[1])
+    assert torch.allclose(torch.softmax(c.logits(u), -1), torch.softmax(X, -1))
+    assert DifferenceCoordinates(3).n_u == 5
 
 
-def test_softmax_at_small_beta_is_the_affine_channel():
-    """As beta -> 0 the row softmax is affine, 1/T + J x: M tends to the closed form with A = J^T J."""
-    beta, T = 0.02, 2
-    n_e = T * (T + 1) // 2
-    J = torch.autograd.functional.jacobian(lambda x: out_map(x, T, beta, "softmax").reshape(-1),
-                                           torch.zeros(n_e, dtype=torch.float64))
-    A = J.T @ J
-    ch = OutputChannel(T, Q0, DELTA, beta=beta, beta0=beta, samples=40000)
-    for sigma, m, q in POINTS:
-        got = ch.evaluate(sigma, m, q).M
-        assert got == pytest.approx(closed_form_M(T, Q0, DELTA, sigma, m, q, A), rel=0.03)
+def test_pair_loss_is_the_general_softmax_loss():
+    """T = 2 in closed form = the general row-softmax formulas (value, gradient, Hessian), and the gradient
+    = autograd of the value."""
+    gen = torch.Generator().manual_seed(0)
+    u = 3 * torch.randn(64, 2, generator=gen, dtype=torch.float64)
+    Y = torch.softmax(torch.randn(64, 2, 2, generator=gen, dtype=torch.float64) * 3, -1)
+    Y = 0.5 * (Y + Y.flip(-1).flip(-2))  # rows (y, 1 - y), (1 - y2, y2) as the labels have
+    c = DifferenceCoordinates(2)
+    fast = pair_loss(u, Y, 1.3)
+    P = torch.softmax(1.3 * c.logits(u), -1)
+    assert torch.allclose(fast[0], 0.5 * ((P - Y) ** 2).sum((-1, -2)), atol=1e-12)
+    uu = u.clone().requires_grad_(True)
+    auto = torch.autograd.grad(pair_loss(uu, Y, 1.3)[0].sum(), uu)[0]
+    assert torch.allclose(fast[1], auto, atol=1e-12)
+    hess = torch.stack([torch.autograd.functional.hessian(lambda v: pair_loss(v[None], Y[i:i + 1], 1.3)[0].sum(),
+                                                          u[i]) for i in range(8)])
+    assert torch.allclose(fast[2][:8], hess, atol=1e-10)
 
 
-def test_softmax_derivatives_are_finite_differences_of_M():
-    """The envelope-theorem derivatives (autograd at x* held fixed) = finite differences of M itself
-    (common random numbers make M a smooth function)."""
-    ch = OutputChannel(3, Q0, DELTA, samples=3000)
-    sigma, m, q = 0.7, 0.6, 0.9
+def test_general_softmax_loss_derivatives_at_three_tokens():
+    """The general formulas (T = 3, n_u = 5) against autograd's gradient and Hessian."""
+    c = DifferenceCoordinates(3)
+    gen = torch.Generator().manual_seed(1)
+    u = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+    Y = torch.softmax(torch.randn(4, 3, 3, generator=gen, dtype=torch.float64), -1)
+    loss, g, H = softmax_loss(c, u, Y, 0.7)
+    for i in range(4):
+        f = lambda v: softmax_loss(c, v[None], Y[i:i + 1], 0.7, hessian=False)[0].sum()  # noqa: E731
+        assert torch.allclose(g[i], torch.autograd.functional.jacobian(f, u[i]), atol=1e-12)
+        assert torch.allclose(H[i], torch.autograd.functional.hessian(f, u[i]), atol=1e-10)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 5.0, 60.0, 2000.0])
+def test_prox_finds_the_global_minimum_against_a_grid_search(sigma):
+    """On 150 draws (wide a, a0), the multi-start Newton minimum is never above a brute-force grid
+    search refined by Nelder-Mead, and its gradient is below 1e-9."""
+    coords = DifferenceCoordinates(2)
+    gen = torch.Generator().manual_seed(int(sigma))
+    a = 4 * torch.randn(150, 2, generator=gen, dtype=torch.float64)
+    a0 = 4 * torch.randn(150, 2, generator=gen, dtype=torch.float64)
+    Y0 = torch.softmax(coords.logits(a0), -1)
+    sol = prox(coords, a, Y0, a0, sigma, 1.0)
+    assert float(sol.residual.max()) <= 1e-9
+    P = (coords.G_inv / sigma).numpy()
+    grid = np.linspace(-30, 30, 601)
+    U1, U2 = np.meshgrid(grid, grid, indexing="ij")
+    for i in range(len(a)):
+        ai, y = a[i].numpy(), (Y0[i, 0, 0].item(), Y0[i, 1, 1].item())
+
+        def f(u):
+            r = np.asarray(u) - ai
+            p = 1 / (1 + np.exp(-np.asarray(u)))
+            return 0.5 * r @ P @ r + (p[0] - y[0]) ** 2 + (p[1] - y[1]) ** 2
+
+        R1, R2 = U1 - ai[0], U2 - ai[1]
+        F = (0.5 * (P[0, 0] * R1 ** 2 + 2 * P[0, 1] * R1 * R2 + P[1, 1] * R2 ** 2)
+             + (1 / (1 + np.exp(-U1)) - y[0]) ** 2 + (1 / (1 + np.exp(-U2)) - y[1]) ** 2)
+        k = np.unravel_index(np.argmin(F), F.shape)
+        best = minimize(f, [grid[k[0]], grid[k[1]]], method="Nelder-Mead",
+                        options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 4000}).fun
+        assert float(sol.f[i]) <= best + 1e-10 * (1 + abs(best)), (i, float(sol.f[i]), best)
+
+
+def test_channel_keeps_no_state_and_is_deterministic(channel):
+    """M does not depend on the order of the calls: A, B, A give A twice, to the last bit."""
+    first = channel.evaluate(*POINTS[0])
+    channel.evaluate(*POINTS[2])
+    again = channel.evaluate(*POINTS[0])
+    assert first == again
+
+
+def test_a_prox_that_fails_is_an_error(monkeypatch):
+    """With one Newton step the minimisers are not found to 1e-9: the channel raises, never returns M."""
+    monkeypatch.setattr(oc, "NEWTON_STEPS", 1)
+    with pytest.raises(ProxNotSolved, match="prox residual"):
+        SoftmaxChannel(2, Q0, DELTA, sobol(4, 8)).evaluate(3.0, 1.0, 1.2)
+
+
+def test_softmax_at_small_beta_is_the_quadratic_channel():
+    """As beta -> 0 the row softmax is affine, so the loss is 1/2 (u - r a0)^T A (u - r a0) with A = beta^2
+    B^T J0^2 B (J0 at the uniform point): M and its derivatives are LogitDifferenceChannel's closed form."""
+    beta = 0.005
+    ch = SoftmaxChannel(2, Q0, DELTA, sobol(4, 10), beta=beta, beta0=beta)
+    quad = LogitDifferenceChannel(2, Q0, DELTA, 1.0, A=ch.surrogate().A)
+    for sigma, m, q in [(30.0, 0.8, 1.0), (3000.0, 1.2, 1.3)]:
+        got, exact = ch.evaluate(sigma, m, q), quad.evaluate(sigma, m, q)
+        for name in ("M", "dSigma", "dm", "dq"):
+            assert getattr(got, name) == pytest.approx(getattr(exact, name), rel=2e-3), name
+
+
+def test_derivatives_are_finite_differences_of_M(channel):
+    """The envelope-theorem derivatives against central differences of M (both through the same rule;
+    they are different estimators of the same integrals, so they agree to the rule's accuracy)."""
+    sigma, m, q = 3.0, 1.0, 1.2
+    v, h = channel.evaluate(sigma, m, q), 1e-4
+    fd = lambda k: (channel.evaluate(*[x + h * (i == k) for i, x in enumerate((sigma, m, q))]).M  # noqa: E731
+                    - channel.evaluate(*[x - h * (i == k) for i, x in enumerate((sigma, m, q))]).M) / (2 * h)
+    assert v.dSigma == pytest.approx(fd(0), rel=5e-3)
+    assert v.dm == pytest.approx(fd(1), rel=5e-3)
+    assert v.dq == pytest.approx(fd(2), rel=5e-3)
+
+
+def test_channel_at_zero_is_the_small_state_limit(channel):
+    """at_zero (Price's theorem) against the pathwise derivatives at small (Sigma, q), m = 0."""
+    zero, small = channel.at_zero(), channel.evaluate(0.01, 0.0, 1e-4)
+    assert small.M == pytest.approx(zero.M, rel=0.01)
+    assert small.dSigma == pytest.approx(zero.dSigma, rel=0.02)
+    assert small.dm == pytest.approx(zero.dm, rel=0.05)
+    assert small.dq == pytest.approx(zero.dq, rel=0.02)
+    assert zero.dq == pytest.approx(0.5 * 6 / 8)  # 1/2 sum_i G_ii beta^2/8 (p' = 1/4 at u = 0)
+
+
+def test_logit_difference_channel_closed_form_against_a_rule():
+    """LogitDifferenceChannel's M and training loss against the same quadratic problem integrated by
+    Monte Carlo with its exact minimiser."""
+    ch = LogitDifferenceChannel(2, Q0, DELTA)
+    sigma, m, q = 2.0, 0.9, 1.1
+    rule = monte_carlo(4, 200000, seed=3)
+    c = DifferenceCoordinates(2)
+    xi = torch.as_tensor(rule.nodes)
+    a = math.sqrt(q) * xi[:, :2] @ c.L.T
+    a0 = (m / math.sqrt(q)) * xi[:, :2] @ c.L.T + math.sqrt(Q0 + DELTA / 2 - m * m / q) * xi[:, 2:] @ c.L.T
+    K = torch.linalg.inv(torch.eye(2, dtype=torch.float64) + sigma * c.G)
+    r = (a - a0) @ K.T
+    u = a0 + r
+    M = (0.5 * ((u - a) @ c.G_inv * (u - a)).sum(-1) / sigma + 0.5 * (r * r).sum(-1)).mean()
     v = ch.evaluate(sigma, m, q)
-    h = 1e-5
-    assert v.newton_residual < 1e-9
-    assert v.dSigma == pytest.approx((ch.evaluate(sigma + h, m, q).M - ch.evaluate(sigma - h, m, q).M) / (2 * h),
-                                     rel=1e-4)
-    assert v.dm == pytest.approx((ch.evaluate(sigma, m + h, q).M - ch.evaluate(sigma, m - h, q).M) / (2 * h), rel=1e-4)
-    assert v.dq == pytest.approx((ch.evaluate(sigma, m, q + h).M - ch.evaluate(sigma, m, q - h).M) / (2 * h), rel=1e-4)
-
-
-def test_entries_carry_the_variance_of_h():
-    """Scale 2 on the diagonal, 1 off it: Var h_aa = 2 ||S||^2/d, Var h_ab = ||S||^2/d."""
-    a, b, s = entries(3)
-    assert torch.equal(s, torch.where(a == b, 2.0, 1.0).double()) and len(s) == 6
+    assert v.M == pytest.approx(float(M), rel=0.01)
+    assert v.train_loss == pytest.approx(float(0.5 * (r * r).sum(-1).mean()), rel=0.01)
 
 
 def _closed_linear(alpha3: float, lam: float, kappa: float):
@@ -87,8 +189,8 @@ def _closed_linear(alpha3: float, lam: float, kappa: float):
 
 
 @pytest.mark.parametrize("alpha, lam", [(0.1, 0.1), (0.3, 0.01), (0.05, 0.5)])
-def test_solver_with_the_linear_channel_gives_spec_closed_form(alpha, lam):
-    p = solve(LAW, LinearChannel(2, Q0, DELTA), alpha, lam, 1.0, tol=1e-11, max_iter=3000, nodes=400)
+def test_root_finder_with_the_linear_channel_gives_spec_closed_form(alpha, lam):
+    p, _ = solve(LAW, LinearChannel(2, Q0, DELTA), alpha, lam, 1.0, tol=1e-11, nodes=400)
     eqs = _closed_linear(3 * alpha, lam, 1.0)
     delta, eps = fsolve(eqs, [p.delta, p.eps], xtol=1e-12)
     assert np.max(np.abs(eqs([delta, eps]))) < 1e-9
@@ -103,25 +205,100 @@ def test_solver_with_the_linear_channel_gives_spec_closed_form(alpha, lam):
     assert p.rank == pytest.approx(1 - fc.cdf(eps), abs=1e-6)
 
 
+def test_damped_iteration_agrees_with_the_root_finder():
+    ch = LinearChannel(2, Q0, DELTA)
+    p, _ = solve(LAW, ch, 0.1, 0.1, 1.0, tol=1e-11)
+    q = solve_damped(LAW, ch, 0.1, 0.1, 1.0, tol=1e-10, max_iter=3000)
+    assert q.estimation_error == pytest.approx(p.estimation_error, rel=1e-7)
+
+
 def test_failure_is_clear():
-    with pytest.raises(NotConverged, match="no convergence in 2 iterations"):
-        solve(LAW, LinearChannel(2, Q0, DELTA), 0.1, 0.1, 1.0, tol=1e-12, max_iter=2)
+    with pytest.raises(NotConverged, match="after 2 evaluations"):
+        solve(LAW, LinearChannel(2, Q0, DELTA), 0.1, 0.1, 1.0, tol=1e-14, max_evals=2)
     with pytest.raises(ValueError, match="alpha > 0"):
         solve(LAW, LinearChannel(2, Q0, DELTA), 0.0, 0.1, 1.0)
 
 
-def test_strong_weight_decay_gives_the_null_point():
-    """lambda beyond the reach of the spectrum: S = 0, every eigenvalue in the atom, E = Q0."""
-    p = solve(LAW, LinearChannel(2, Q0, DELTA), 0.05, 50.0, 1.0, tol=1e-8, max_iter=2000)
-    assert p.rank == 0 and p.estimation_error == pytest.approx(Q0) and p.q == 0
-    assert p.test_error == pytest.approx(LinearChannel(2, Q0, DELTA).test_error(0.0, 0.0))
+def test_strong_weight_decay_gives_the_null_point(channel):
+    """lambda beyond the reach of the spectrum: S = 0 is the fixed point (eps beyond the support of
+    mu_delta at the hats of S = 0): every eigenvalue in the atom, E = Q0."""
+    p = null_point(LAW, channel, 0.01, 0.3, 0.5)
+    assert p is not None and p.rank == 0 and p.estimation_error == pytest.approx(Q0) and p.q == 0
+    assert null_point(LAW, channel, 0.2, 0.01, 1.0) is None
 
 
-def test_continuation_reaches_small_lambda_where_a_cold_start_fails():
-    """Softmax, kappa = 1, lambda = 0.03 at alpha = 0.1: from the default start the iteration leaves the
-    domain or stalls; following lambda down from 0.1 reaches a fixed point, which solve() then confirms."""
-    ch = OutputChannel(2, Q0, DELTA, samples=3000)
-    p = solve_continued(LAW, ch, 0.1, 0.03, 1.0, tol=1e-6, max_iter=300)
-    again = solve(LAW, ch, 0.1, 0.03, 1.0, init=(p.Sigma, p.m, p.q), tol=1e-6, max_iter=5)
-    assert again.iterations <= 2 and again.estimation_error == pytest.approx(p.estimation_error, rel=1e-5)
-    assert p.valid and 0 < p.rank < 1
+def test_interpolating_limit_meets_alpha_interp():
+    """At eps = 0 the lambda -> 0+ equations are Corollary 3.2's: just below alpha_interp eps -> 0 and
+    delta -> delta_bar (both like sqrt(alpha_interp - alpha)); above it there is no interpolating limit."""
+    thr = interpolation_threshold(LAW, 2, DELTA)
+    lim = interpolating_limit(LAW, 2, DELTA, thr.alpha * (1 - 1e-8))
+    assert lim.eps < 1e-3 and lim.delta == pytest.approx(thr.delta, rel=1e-3) and lim.residual < 1e-10
+    assert lim.rank == pytest.approx(thr.rank, abs=1e-2)
+    with pytest.raises(ValueError, match="interpolation threshold"):
+        interpolating_limit(LAW, 2, DELTA, thr.alpha * 1.01)
+
+
+def test_interpolating_limit_is_the_quadratic_channels_small_lambda_fixed_point():
+    """Independent route: the logit-difference channel (exact, closed form) has the softmax channel's
+    large-Sigma form, so its root-found fixed point at lambda = 1e-9 must be the closed-form limit."""
+    alpha = 0.1
+    lim = interpolating_limit(LAW, 2, DELTA, alpha)
+    p = state_evolution_curve(LAW, LogitDifferenceChannel(2, Q0, DELTA), [alpha], 1e-9, 1.0, 2, DELTA, tol=1e-12)[0]
+    assert p["method"] == "newton"
+    assert p["m"] == pytest.approx(lim.m, rel=1e-4) and p["q"] == pytest.approx(lim.q, rel=1e-4)
+    assert p["delta"] == pytest.approx(lim.delta, rel=1e-4) and p["eps"] == pytest.approx(lim.eps, rel=1e-4)
+    assert p["eta"] == pytest.approx(1.0, rel=1e-6) and p["train_loss"] < 1e-12
+
+
+def test_softmax_lambda_path_approaches_the_closed_form_limit():
+    """kappa = 1, alpha = 0.1 < alpha_interp: the softmax state evolution at lambda = 1e-3, 1e-5, 1e-7
+    converges (every prox residual <= 1e-9) and its estimation error closes in on the limit's."""
+    ch = SoftmaxChannel(2, Q0, DELTA, sobol(4, 11))
+    lim = interpolating_limit(LAW, 2, DELTA, 0.1)
+    E_lim = Q0 - 2 * lim.m + lim.q
+    gaps = []
+    for lam in (1e-3, 1e-5, 1e-7):
+        row = state_evolution_curve(LAW, ch, [0.1], lam, 1.0, 2, DELTA)[0]
+        assert row["converged"] and row["prox_residual"] <= 1e-9
+        gaps.append(abs(row["estimation_error"] - E_lim))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.01 * E_lim
+
+
+def test_noiseless_labels_above_the_threshold_recover_s0():
+    """Delta = 0 above alpha_interp: the lambda -> 0+ row is perfect recovery, and the softmax state
+    evolution at lambda = 1e-3 is already close (E << Q0)."""
+    ch = SoftmaxChannel(2, Q0, 0.0, sobol(4, 11))
+    rows = state_evolution_curve(LAW, ch, [0.3], 0.0, 1.0, 2, 0.0)
+    assert rows[0]["method"] == "perfect_recovery" and rows[0]["estimation_error"] == 0
+    p = state_evolution_curve(LAW, ch, [0.3], 1e-3, 1.0, 2, 0.0)[0]
+    assert p["converged"] and p["estimation_error"] < 0.01 * Q0
+
+
+def monte_carlo_reference(point, batches: int = 10, draws: int = 100_000):
+    """M and its derivatives by 10^6 Monte Carlo draws in `batches` independent batches: (mean, s.e.)
+    per quantity, from the spread of the batch means."""
+    vals = np.array([[getattr(SoftmaxChannel(2, Q0, DELTA, monte_carlo(4, draws, seed=100 + b)).evaluate(*point), k)
+                      for k in ("M", "dSigma", "dm", "dq")] for b in range(batches)])
+    return vals.mean(0), vals.std(0, ddof=1) / math.sqrt(batches)
+
+
+@pytest.mark.slow
+def test_rule_accuracy_against_monte_carlo():
+    """The paper profile's rule (Sobol', 2^16 points) against 10^6 Monte Carlo draws at five (Sigma, m, q),
+    Sigma up to 3000: M and its three derivatives agree to 1e-3 (relative) + 3 Monte Carlo standard
+    errors (docs/state_evolution.md tabulates the deviations)."""
+    rule = SoftmaxChannel(2, Q0, DELTA, sobol(4, 16))
+    for pt in [(0.5, 0.8, 1.0), (3.0, 1.0, 1.2), (30.0, 1.1, 1.3), (100.0, 1.2, 1.3), (3000.0, 1.3, 1.5)]:
+        mean, se = monte_carlo_reference(pt)
+        got = rule.evaluate(*pt)
+        for k, name in enumerate(("M", "dSigma", "dm", "dq")):
+            assert abs(getattr(got, name) - mean[k]) <= 1e-3 * abs(mean[k]) + 3 * se[k], (pt, name)
+
+
+def test_gauss_hermite_rule_is_exact_for_low_degree_polynomials():
+    rule = gauss_hermite(2, 5)
+    x = rule.nodes
+    assert rule.weights.sum() == pytest.approx(1.0)
+    assert rule.weights @ (x[:, 0] ** 4) == pytest.approx(3.0)
+    assert rule.weights @ (x[:, 0] ** 2 * x[:, 1] ** 2) == pytest.approx(1.0)
+    assert rule.weights @ x[:, 1] ** 3 == pytest.approx(0.0, abs=1e-12)

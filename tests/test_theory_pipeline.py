@@ -58,9 +58,8 @@ def test_failure_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
         raise FloatingPointError("solver diverged")
 
     broken_curve = curves.TheoryCurve(**{**curves.INTERPOLATION.__dict__, "compute": broken})
-    monkeypatch.setattr(theory_runs, "curves_of",
-                        lambda e: [broken_curve if c is curves.INTERPOLATION else c for c in curves.curves_of(e)])
-    settings = _settings(tmp_path, "experiments=[tied_error_vs_alpha]", "bayes.kappa0=[]", "bayes.T=[]")
+    monkeypatch.setattr(theory_runs, "curves_of", lambda e: [broken_curve, curves.BAYES])
+    settings = _settings(tmp_path, "experiments=[tied_error_vs_alpha]", "bayes.kappa0=[]", "bayes.T=[]", "workers=1")
     counts = theory_runs.run(settings, log=lambda *_: None)
     assert counts == {"complete": 1, "failed": 1, "skipped": 0}
     rows, status = theory_runs.load(tmp_path, "tied_error_vs_alpha", settings)
@@ -72,6 +71,6 @@ def test_failure_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
     path.write_text("{not json")
     rows, status = theory_runs.load(tmp_path, "tied_error_vs_alpha", settings)
     assert rows.empty and len(status["corrupt"]) == 1
-    monkeypatch.undo()
+    monkeypatch.setattr(theory_runs, "curves_of", lambda e: [curves.INTERPOLATION, curves.BAYES])
     counts = theory_runs.run(settings, log=lambda *_: None)
     assert counts == {"complete": 2, "failed": 0, "skipped": 0}

@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 from .claims import Claim
 from .tables import ExperimentData
 
-FIGURE_MODULES = ("attnrepro.analysis.figures_xor", "attnrepro.analysis.figures_tied")
+FIGURE_MODULES = ("attnrepro.analysis.figures_xor", "attnrepro.analysis.figures_tied",
+                  "attnrepro.analysis.figure_tied_threshold")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .plotting import palette
 from .seed_stats import summary
 
 SOURCE, SIMULATION, THEORY = "source", "simulation", "theory"
+CONVERGED = "converged"  # per seed: met its gradient tolerance (runs.fit); absent or NaN = no criterion
 
 
 def part(table: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -36,6 +37,13 @@ def theory(table: pd.DataFrame) -> pd.DataFrame:
     return part(table, THEORY)
 
 
+def converged(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of seeds that converged (all rows when the table records no convergence)."""
+    if CONVERGED not in df:
+        return df
+    return df[df[CONVERGED].astype("boolean").fillna(True).astype(bool)]
+
+
 def levels(table: pd.DataFrame, column: str) -> list:
     """The sorted distinct values of a column (none when absent or the table is empty)."""
     if table.empty or column not in table:
@@ -47,11 +55,13 @@ def draw(ax: plt.Axes, table: pd.DataFrame, x: str, y: str, hue: str | None = No
          label: Callable[[object], str] = str, hues: Sequence | None = None, floor: float | None = None,
          marker: str = "o") -> None:
     """Mean ± s.e. over seeds of y vs x for every value of ``hue`` (simulation), and the theory
-    rows of the same hue as lines. ``floor``: values below it are drawn at it (log axes)."""
+    rows of the same hue as lines. ``floor``: values below it are drawn at it (log axes). A point
+    where some seed did not converge (column ``converged``) is drawn hollow."""
     hues = list(hues) if hues is not None else (levels(table, hue) if hue else [None])
     for h, color in zip(hues, palette(len(hues)), strict=True):
         rows = table if h is None else table[table[hue] == h]
-        sim = summary(simulation(rows), [x], y)
+        sims = simulation(rows)
+        sim = summary(sims, [x], y)
         if not sim.empty:
             mean = sim["mean"].to_numpy(dtype=float)
             se = np.nan_to_num(sim["se"].to_numpy(dtype=float))
@@ -60,6 +70,10 @@ def draw(ax: plt.Axes, table: pd.DataFrame, x: str, y: str, hue: str | None = No
                 mean, lo = np.maximum(mean, floor), np.maximum(lo, floor)
             ax.errorbar(sim[x], mean, yerr=[mean - lo, se], marker=marker, ms=3, lw=0.8, capsize=2,
                         color=color, label=None if h is None else label(h))
+            full = {v for v, g in sims.groupby(x) if len(converged(g)) == len(g)}
+            hollow = np.array([v not in full for v in sim[x]])
+            if hollow.any():
+                ax.plot(sim[x][hollow], mean[hollow], marker, ms=5, mfc="white", color=color, lw=0)
         th = theory(rows).sort_values(x)
         if not th.empty:
             ax.plot(th[x], th[y], "-", lw=1.4, color=color,

@@ -33,6 +33,7 @@ class Optimizer(str, Enum):
     sgd = "sgd"
     adam = "adam"
     lbfgs = "lbfgs"
+    apg = "apg"  # accelerated projected gradient: the convex solver of model=psd_exact_fit
 
 
 class DType(str, Enum):
@@ -47,8 +48,9 @@ class TrainConfig:
     Step size eta = eta0 * unit, where the unit is the model's natural scale
     (models.xor_attention.step_unit: d^2 sqrt(m) for softmax attention,
     m^2/d^2 for linear/erf attention; 1 otherwise). Early stop once every
-    seed has converged: relative objective change between logs < tol, or
-    gradient norm < tol_grad (0 disables each).
+    seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
+    or stalled (relative objective change between logs < tol); 0 disables each.
+    With tol_grad > 0 each seed's record says whether it converged.
     """
 
     name: str = "one_step"

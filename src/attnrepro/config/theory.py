@@ -20,18 +20,18 @@ class BayesSettings:
 
 @dataclass
 class StateEvolutionSettings:
-    """The ERM fixed point (theory.state_evolution): Monte Carlo draws of the output channel per
-    profile (common random numbers, `seed`), damping, relative tolerance, iteration cap per solve,
-    free-convolution nodes, and the smallest lambda solved (below it, in the nearly interpolating
-    phase, the iteration does not converge: those points are left out, not failed)."""
+    """The ERM fixed point (theory.state_evolution): the output channel's Gaussian rule (`rule`:
+    sobol | gauss_hermite | monte_carlo; `points`: log2 of its size per profile for sobol, nodes per
+    coordinate for gauss_hermite, draws for monte_carlo; `seed`), the root finder's tolerance on the
+    residual and its budget of map evaluations per point, and the free-convolution nodes. The
+    accuracy of the rules is measured in docs/state_evolution.md."""
 
-    samples: Dict[str, int] = field(default_factory=lambda: {"smoke": 2000, "quick": 10000, "paper": 40000})
+    rule: str = "sobol"
+    points: Dict[str, int] = field(default_factory=lambda: {"smoke": 10, "quick": 12, "paper": 16})
     seed: int = 0
-    damping: float = 0.3
-    tol: float = 1e-5
-    max_iter: int = 200
+    tol: float = 1e-6
+    max_evals: int = 40
     nodes: int = 200
-    min_lambda: float = 0.03
 
 
 @dataclass
@@ -39,6 +39,7 @@ class TheoryConfig:
     profile: Any = None
     paths: Any = None
     experiments: Optional[List[str]] = None  # null: every experiment that has theory curves
+    workers: int = 2                         # theory jobs computed at once (processes, one thread each)
     nodes: int = 400                         # free-convolution nodes per piece of the support
     bayes: BayesSettings = field(default_factory=BayesSettings)
     state_evolution: StateEvolutionSettings = field(default_factory=StateEvolutionSettings)

@@ -89,9 +89,22 @@ class TiedAttentionModel:
         return round(self.kappa * d)
 
 
+@dataclass
+class ExactFitModel:
+    """The exact-fit test (problems.tied_exact_fit): is there a PSD S, of any rank, whose logit
+    differences h_aa(S) - h_12(S) equal the labels' (the lambda = 0 question of paper B's
+    interpolation threshold)? Solved as PSD least squares by accelerated projected gradient;
+    ``fit_tol``: an exact fit is a residual per sample 1/2 |A(S) - t|^2 / n at most this; ``gap_tol``:
+    the relative duality gap at which a certified minimum with no fit is accepted."""
+
+    name: str = "psd_exact_fit"
+    fit_tol: float = 1e-12
+    gap_tol: float = 1e-6
+
+
 SCHEMAS = {
     "task": {"attention_indexed_schema": AttentionIndexedTask},
-    "model": {"tied_attention_schema": TiedAttentionModel},
+    "model": {"tied_attention_schema": TiedAttentionModel, "exact_fit_schema": ExactFitModel},
 }
 
 
@@ -103,7 +116,8 @@ def checks(cfg: Any, need) -> None:
     """Range checks of paper B's sections; need(cond, field, message)."""
     task, model = cfg.task, cfg.model
     if isinstance(task, AttentionIndexedTask):
-        need(isinstance(model, TiedAttentionModel), "model", "task=attention_indexed needs a tied_* model")
+        need(isinstance(model, (TiedAttentionModel, ExactFitModel)), "model",
+             "task=attention_indexed needs a tied_* model or model=psd_exact_fit")
         need(task.d >= 2, "task.d", f"must be >= 2, got {task.d}")
         need(task.T >= 2, "task.T", f"must be >= 2 tokens, got {task.T}")
         need(_finite(task.alpha) and task.alpha > 0, "task.alpha", f"must be > 0, got {task.alpha}")
@@ -136,6 +150,14 @@ def checks(cfg: Any, need) -> None:
              f"weight decay lambda must be >= 0, got {model.lam}")
         need(_finite(model.init_scale) and model.init_scale > 0, "model.init_scale",
              f"must be > 0, got {model.init_scale}")
+    if isinstance(model, ExactFitModel):
+        need(isinstance(task, AttentionIndexedTask) and task.T == 2, "model",
+             "model=psd_exact_fit needs task=attention_indexed with T = 2")
+        need(cfg.train.optimizer.value == "apg", "train", "model=psd_exact_fit is solved by train=apg")
+        need(_finite(model.fit_tol) and model.fit_tol > 0, "model.fit_tol", f"must be > 0, got {model.fit_tol}")
+        need(_finite(model.gap_tol) and model.gap_tol > 0, "model.gap_tol", f"must be > 0, got {model.gap_tol}")
+    elif cfg.train.optimizer.value == "apg":
+        need(False, "train", "train=apg solves model=psd_exact_fit only")
 
 
 RESOLVERS: dict = {}

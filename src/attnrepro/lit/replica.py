@@ -7,10 +7,13 @@ history are shared), so use it with one seed per job when that matters.
 One optimiser step per Lightning step; the data live in the problem
 (buffers, moved with the module), so the loader only ticks.
 
-Convergence (recorded per replica, at logged steps): the relative change of
-the training objective since the previous log is below ``tol``, or the
-replica's gradient norm is below ``tol_grad``. Training stops early once
-every replica has converged; with tol = tol_grad = 0 it runs all steps.
+Convergence (per replica, at logged steps). A replica *converged* when its
+relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries of
+that replica, L_0 its objective at the first step; scale-free, so one tolerance
+serves every n and d, and finite where L -> 0) is at most ``tol_grad``; it *stalled* when the relative change of its objective since the
+previous log is below ``tol``. Training stops once every replica has converged or
+stalled; with tol = tol_grad = 0 it runs all steps. runs.fit records, per seed,
+the final relative gradient and whether it meets tol_grad.
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ class ReplicaModule(pl.LightningModule):
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
         self.steps, self.log_every, self.tol, self.tol_grad = steps, log_every, tol, tol_grad
         self.curves: dict[str, list] = {"step": []}
-        self.converged_step: list[float] | None = None  # per replica; nan = not converged
+        self.converged_step: list[float] | None = None  # per replica: first logged step within tol_grad (nan: never)
+        self.stalled_step: list[float] | None = None    # per replica: first logged step whose change is < tol
         self._last_objective: torch.Tensor | None = None
+        self.initial_objective: torch.Tensor | None = None
 
     def configure_optimizers(self):
         return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr)
@@ -82,12 +87,17 @@ class ReplicaModule(pl.LightningModule):
         for p in self.problem.parameters():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
+        if self.initial_objective is None:
+            self.initial_objective = loss.detach()
         return loss
 
-    def _grad_norm(self) -> torch.Tensor:
-        """Per-replica gradient norm (every parameter has the replica axis first)."""
-        sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.problem.parameters() if p.grad is not None]
-        return torch.stack(sq).sum(0).sqrt()
+    def relative_gradient(self) -> torch.Tensor:
+        """Per replica ||grad L|| ||theta|| / |L_0| from the gradients in p.grad (every parameter has the
+        replica axis first; L_0: the objective at the first step)."""
+        params = [p for p in self.problem.parameters() if p.grad is not None]
+        g = torch.stack([p.grad.flatten(1).pow(2).sum(1) for p in params]).sum(0).sqrt()
+        w = torch.stack([p.detach().flatten(1).pow(2).sum(1) for p in params]).sum(0).sqrt()
+        return (g * w / self.initial_objective.abs().clamp_min(1e-30)).to(torch.float64)
 
     def training_step(self, batch, batch_idx):
         opt = self.optimizers()
@@ -110,22 +120,25 @@ class ReplicaModule(pl.LightningModule):
         if done % self.log_every == 0 or done == self.steps:
             self._log_curves(done)
             # p.grad still holds this step's gradient (it is zeroed at the next step's start)
-            self._check_convergence(done, loss.detach(), self._grad_norm() if self.tol_grad > 0 else None)
+            grad = self.relative_gradient() if self.tol_grad > 0 else None
+            self._check_convergence(done, loss.detach(), grad)
 
-    def _check_convergence(self, step: int, objective: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+    def _check_convergence(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None) -> None:
         if self.tol <= 0 and self.tol_grad <= 0:
             return
+        n = objective.shape[0]
         if self.converged_step is None:
-            self.converged_step = [float("nan")] * objective.shape[0]
-        ok = torch.zeros_like(objective, dtype=torch.bool)
+            self.converged_step, self.stalled_step = [float("nan")] * n, [float("nan")] * n
+        stalled = torch.zeros_like(objective, dtype=torch.bool)
         if self.tol > 0 and self._last_objective is not None:
             change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
-            ok |= change < self.tol
-        if grad_norm is not None:
-            ok |= grad_norm < self.tol_grad
+            stalled = change < self.tol
+        converged = grad_rel <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
         self._last_objective = objective
-        for r, flag in enumerate(ok.tolist()):
-            if flag and self.converged_step[r] != self.converged_step[r]:  # first time (nan != nan)
+        for r in range(n):  # the first time each happens (nan != nan)
+            if bool(converged[r]) and self.converged_step[r] != self.converged_step[r]:
                 self.converged_step[r] = float(step)
-        if all(s == s for s in self.converged_step):
+            if bool(stalled[r]) and self.stalled_step[r] != self.stalled_step[r]:
+                self.stalled_step[r] = float(step)
+        if all(c == c or s == s for c, s in zip(self.converged_step, self.stalled_step, strict=True)):
             self.trainer.should_stop = True

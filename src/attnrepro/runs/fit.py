@@ -53,18 +53,42 @@ def train(cfg, trainer_cfg):
     t1 = time.perf_counter()
     trainer.fit(module, datamodule=TickDataModule())
     t2 = time.perf_counter()
-    converged = module.converged_step is not None and all(s == s for s in module.converged_step)
-    if module.global_step < cfg.train.steps and not converged:
+    stopped = module.converged_step is not None and all(
+        c == c or s == s for c, s in zip(module.converged_step, module.stalled_step, strict=True))
+    if module.global_step < cfg.train.steps and not stopped:
         raise RuntimeError(f"training stopped after {module.global_step} of {cfg.train.steps} steps")
     timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": module.global_step,
                "device": str(next(problem.parameters()).device)}
     if module.converged_step is not None:
-        derived = {**derived, "converged_step": module.converged_step}
+        derived = {**derived, "converged_step": module.converged_step, "stalled_step": module.stalled_step}
+    if cfg.train.tol_grad > 0:
+        derived = {**derived, **convergence(problem, module, cfg.train.tol_grad, cfg.train.steps)}
     return problem, module, derived, timings
 
 
+def convergence(problem, module, tol_grad: float, steps: int) -> dict:
+    """Per seed at the final parameters: the relative gradient ||grad L|| ||theta|| / |L_0|, whether it
+    meets tol_grad (``converged``), and otherwise why it is not: "objective stalled", "step cap", or
+    "left the tolerance" (it had met it, and training went on for the other seeds)."""
+    for p in problem.parameters():
+        p.grad = None
+    problem.accumulate(lambda loss: loss.backward())
+    grad = module.relative_gradient().tolist()
+    for p in problem.parameters():
+        p.grad = None
+    capped = module.global_step >= steps
+    stop = ["converged" if g <= tol_grad else "objective stalled" if s == s else "step cap" if capped
+            else "left the tolerance" for g, s in zip(grad, module.stalled_step, strict=True)]
+    return {"grad_rel": grad, "converged": [g <= tol_grad for g in grad], "stop": stop}
+
+
 def fit(cfg, trainer_cfg) -> dict:
-    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record."""
+    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record.
+    model=psd_exact_fit is a convex problem with its own solver (problems.tied_exact_fit), not trained."""
+    if cfg.model.name == "psd_exact_fit":
+        from ..problems.tied_exact_fit import fit as exact_fit
+
+        return exact_fit(cfg)
     problem, module, derived, timings = train(cfg, trainer_cfg)
     as_lists = lambda tensors: {k: v.detach().cpu().tolist() for k, v in tensors.items()}  # noqa: E731
     t = time.perf_counter()

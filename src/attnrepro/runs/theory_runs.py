@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from ..theory.curves import TheoryCurve, curves_of, theory_experiments
+from ..theory.curves import CURVES, TheoryCurve, curves_of, theory_experiments
 from .records import SCHEMA, CorruptRecord, is_complete, read_record, write_record
 
 THEORY_VERSION = 1  # bump when a theory module changes its numbers: every curve is computed again
@@ -84,7 +84,7 @@ def jobs(experiment: str, settings: DictConfig) -> list[TheoryJob]:
     out = []
     for curve in curves_of(experiment):
         wanted = [curve.params(p) for p in grid_points(experiment, settings.profile.name, curve.keys)]
-        wanted = [p for p in wanted if p is None or curve.include(p, settings)]
+        wanted += [q for p in wanted if p is not None for q in curve.also(p)]
         if curve.sweep:
             wanted = _gather(wanted, curve.sweep)
         wanted += curve.extra(settings)
@@ -118,12 +118,20 @@ def _gather(points: list[dict | None], key: str) -> list[dict]:
 
 def run_job(job: TheoryJob, settings: DictConfig, outputs: str | Path) -> dict:
     """Compute one curve and write its record (failures recorded, not raised)."""
-    record = {"schema": SCHEMA, "key": job.key, "experiment": job.experiment, "curve": job.curve.name,
-              "status": "running", "config": job.params, "settings": job.curve.settings(settings),
-              "version": THEORY_VERSION}
+    return _compute(job.curve, job.params, job.key, settings, [job.experiment], str(outputs))
+
+
+def _compute(curve: TheoryCurve | str, params: dict, key: str, settings: DictConfig, experiments: list[str],
+             outputs: str) -> dict:
+    """One curve's record, written under every experiment that expects it. At top level, so that a
+    process pool can run it (a pool passes the curve by name: its functions do not pickle)."""
+    if isinstance(curve, str):
+        curve = next(c for c in CURVES if c.name == curve)
+    record = {"schema": SCHEMA, "key": key, "curve": curve.name, "status": "running", "config": params,
+              "settings": curve.settings(settings), "version": THEORY_VERSION}
     t0 = time.perf_counter()
     try:
-        columns = job.curve.compute(job.params, settings)
+        columns = curve.compute(params, settings)
         lengths = {len(v) for v in columns.values()}
         if len(lengths) != 1:
             raise ValueError(f"columns of unequal lengths {sorted(lengths)}")
@@ -131,30 +139,57 @@ def run_job(job: TheoryJob, settings: DictConfig, outputs: str | Path) -> dict:
     except Exception as e:  # recorded, never lost: the other curves go on
         record.update(status="failed", reason=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=6))
     record["timings"] = {"total_s": time.perf_counter() - t0}
-    write_record(job.path(outputs), record)
+    for name in experiments:
+        write_record(Path(outputs) / "theory" / name / key / "record.json", {**record, "experiment": name})
     return record
 
 
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def run(settings: DictConfig, log=print) -> dict[str, int]:
-    """Every missing theory job of the selected experiments; returns counts by status."""
+    """Every missing theory job of the selected experiments, `settings.workers` at a time (a job needed
+    by several experiments is computed once); returns counts by status."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     outputs = settings.paths.outputs
     names = list(settings.experiments or theory_experiments())
     unknown = sorted(set(names) - set(theory_experiments()))
     if unknown:
         raise ValueError(f"no theory curves for {unknown}; experiments with theory: {theory_experiments()}")
     counts = {"complete": 0, "failed": 0, "skipped": 0}
+    todo: dict[str, list[TheoryJob]] = {}
     for name in names:
-        todo = jobs(name, settings)
-        for i, job in enumerate(todo, 1):
-            label = f"[theory {name}] {i}/{len(todo)} {job.label}"
+        for job in jobs(name, settings):
             if is_complete(job.path(outputs)):
                 counts["skipped"] += 1
-                log(f"{label}: cached, skipped ({job.key})")
-                continue
-            rec = run_job(job, settings, outputs)
-            counts[rec["status"]] += 1
-            status = "computed" if rec["status"] == "complete" else f"FAILED ({rec['reason']})"
-            log(f"{label}: {status} in {rec['timings']['total_s']:.1f}s ({job.key})")
+                log(f"[theory {name}] {job.label}: cached, skipped ({job.key})")
+            else:
+                todo.setdefault(job.key, []).append(job)
+    log(f"theory: {len(todo)} curves to compute, {settings.workers} at a time")
+    done = 0
+
+    def report(rec, group):
+        nonlocal done
+        done += 1
+        counts[rec["status"]] += 1
+        status = "computed" if rec["status"] == "complete" else f"FAILED ({rec['reason']})"
+        where = ", ".join(sorted({j.experiment for j in group}))
+        log(f"[theory {where}] {done}/{len(todo)} {group[0].label}: {status} in {rec['timings']['total_s']:.1f}s "
+            f"({group[0].key})")
+
+    args = lambda g, c: (c, g[0].params, g[0].key, settings, [j.experiment for j in g], str(outputs))  # noqa: E731
+    if settings.workers <= 1 or len(todo) <= 1:
+        for group in todo.values():
+            report(_compute(*args(group, group[0].curve)), group)
+        return counts
+    with ProcessPoolExecutor(max_workers=settings.workers, initializer=_one_thread) as pool:
+        futures = {pool.submit(_compute, *args(group, group[0].curve.name)): group for group in todo.values()}
+        for future in as_completed(futures):
+            report(future.result(), futures[future])
     return counts
 
 

@@ -32,7 +32,7 @@ class TheoryCurve:
     settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
     extra: Callable[[object], list[dict]] = lambda s: []
     sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
-    include: Callable[[dict, object], bool] = lambda params, settings: True  # False: the settings leave it out
+    also: Callable[[dict], list[dict]] = lambda params: []  # more parameter points derived from each one
 
 
 TASK = ("task.target", "task.d", "task.kappa0", "task.gamma", "task.T", "task.Delta")
@@ -63,14 +63,47 @@ def _interp_params(point: Mapping) -> dict | None:
 
 
 def _interp_compute(params: dict, settings) -> Columns:
+    """kappa None: a student of any rank (the exact-fit test), always valid."""
     r = interpolation_threshold(law_of(params), int(params["task.T"]), float(params["task.Delta"]))
+    kappa = params["model.kappa"]
     return {"alpha_interp": [r.alpha], "delta_bar": [r.delta], "rank": [r.rank],
-            "valid": [bool(params["model.kappa"] >= r.rank)], "residual": [r.residual]}
+            "valid": [bool(kappa is None or kappa >= r.rank)], "residual": [r.residual]}
 
 
 INTERPOLATION = TheoryCurve(
-    name="interpolation_threshold", experiments=("tied_error_vs_alpha", "tied_interpolation_peak"),
+    name="interpolation_threshold",
+    experiments=("tied_error_vs_alpha", "tied_interpolation_peak", "tied_interpolation_threshold"),
     keys=(*TASK, "model.kappa"), params=_interp_params, compute=_interp_compute)
+
+
+# ---------------------------------------------------------------- the exact-fit test's smallest residual
+
+def _exact_fit_params(point: Mapping) -> dict | None:
+    if point["task.target"] == "explicit":
+        return None
+    return {**_target_params(point), "task.T": point["task.T"], "task.Delta": point["task.Delta"],
+            "task.alpha": point["task.alpha"]}
+
+
+def _exact_fit_compute(params: dict, settings) -> Columns:
+    """The logit-difference channel's state evolution at lambda -> 0+ (a student of any rank): 0 below
+    alpha_interp, above it the smallest residual per sample (train_loss) and the rank of S."""
+    from .output_channel import LogitDifferenceChannel
+    from .state_evolution import state_evolution_curve
+
+    law, T, Delta = law_of(params), int(params["task.T"]), float(params["task.Delta"])
+    rows = state_evolution_curve(law, LogitDifferenceChannel(T, law.Q0, Delta), params["task.alpha"], 0.0, 1.0, T,
+                                 Delta, tol=settings.state_evolution.tol, nodes=settings.state_evolution.nodes)
+    keep = ("alpha", "train_loss", "rank", "estimation_error", "delta", "eps", "method", "converged", "reason")
+    out = {k: [r.get(k, float("nan")) for r in rows] for k in keep}
+    out["task.alpha"] = out.pop("alpha")
+    return out
+
+
+EXACT_FIT = TheoryCurve(
+    name="exact_fit_minimum", experiments=("tied_interpolation_threshold",),
+    keys=(*TASK, "task.alpha"), params=_exact_fit_params, compute=_exact_fit_compute,
+    settings=lambda s: {"nodes": s.state_evolution.nodes, "tol": s.state_evolution.tol}, sweep="task.alpha")
 
 
 # ---------------------------------------------------------------- Bayes-optimal MMSE
@@ -113,8 +146,7 @@ BAYES = TheoryCurve(
 # ---------------------------------------------------------------- ERM state evolution
 
 def _se_params(point: Mapping) -> dict | None:
-    """Factorized seq2lab points (lambda >= state_evolution.min_lambda: checked in compute, which knows
-    the settings)."""
+    """Factorized seq2lab points; lambda = 0 is the lambda -> 0+ limit."""
     if point["task.target"] == "explicit" or point["task.output"] != "seq2lab" or point["model.param"] != "factorized":
         return None
     return {**_target_params(point), **{k: point[k] for k in ("task.T", "task.Delta", "task.beta0", "model.kappa",
@@ -123,40 +155,37 @@ def _se_params(point: Mapping) -> dict | None:
 
 def _se_settings(settings) -> dict:
     se = settings.state_evolution
-    return {**{k: se[k] for k in se if k != "samples"}, "samples": _samples(settings)}
+    return {**{k: se[k] for k in se if k != "points"}, "points": _points(settings)}
 
 
-def _samples(settings) -> int:
-    table = settings.state_evolution.samples
+def _points(settings) -> int:
+    """log2 of the Gaussian rule's size for the profile (the largest one for a profile not listed)."""
+    table = settings.state_evolution.points
     return int(table.get(settings.profile.name, max(table.values())))
+
+
+def softmax_channel(params: Mapping, settings):
+    """The output channel of a parameter point with the settings' Gaussian rule."""
+    from .gaussian_rules import make_rule
+    from .output_channel import SoftmaxChannel
+
+    se, T = settings.state_evolution, int(params["task.T"])
+    rule = make_rule(se.rule, T * (T + 1) - 2, _points(settings), se.seed)
+    return SoftmaxChannel(T, law_of(params).Q0, float(params["task.Delta"]), rule, float(params["model.beta"]),
+                          float(params["task.beta0"]))
 
 
 def _se_compute(params: dict, settings) -> Columns:
     """The fixed point at every alpha of the job (ascending, each warm-started from the previous
-    converged one); a point that fails is a row with converged = False and its reason."""
-    import time
-
-    from .output_channel import OutputChannel
-    from .state_evolution import NotConverged, solve_continued
+    converged ones); a point that fails is a row with converged = False and its reason."""
+    from .state_evolution import state_evolution_curve
 
     se = settings.state_evolution
-    law = law_of(params)
-    channel = OutputChannel(int(params["task.T"]), law.Q0, float(params["task.Delta"]), float(params["model.beta"]),
-                            float(params["task.beta0"]), samples=_samples(settings), seed=se.seed)
-    rows, init = [], None
-    for alpha in sorted(params["task.alpha"]):
-        t0 = time.perf_counter()
-        try:
-            p = solve_continued(law, channel, float(alpha), float(params["model.lam"]), float(params["model.kappa"]),
-                                init=init, damping=se.damping, tol=se.tol, max_iter=se.max_iter, nodes=se.nodes)
-            row, reason = p.row(), ""
-            init = (p.Sigma, p.m, p.q) if p.q > 0 else None
-        except (NotConverged, ValueError, FloatingPointError, RuntimeError) as e:
-            row, reason = {"alpha": float(alpha)}, f"{type(e).__name__}: {e}"
-        row.update(converged=not reason, reason=reason, seconds=time.perf_counter() - t0)
-        rows.append(row)
-        print(f"    alpha = {alpha:g}: " + (f"converged in {row['iterations']} iterations" if not reason
-                                           else f"FAILED ({reason})") + f", {row['seconds']:.1f}s", flush=True)
+    rows = state_evolution_curve(law_of(params), softmax_channel(params, settings), params["task.alpha"],
+                                 float(params["model.lam"]), float(params["model.kappa"]), int(params["task.T"]),
+                                 float(params["task.Delta"]), float(params["task.beta0"]) / float(params["model.beta"]),
+                                 log=lambda line: print(line, flush=True), tol=se.tol, max_evals=se.max_evals,
+                                 nodes=se.nodes)
     columns = sorted({k for r in rows for k in r})
     out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     out["task.alpha"] = out.pop("alpha")
@@ -168,10 +197,11 @@ STATE_EVOLUTION = TheoryCurve(
     name="erm_state_evolution", experiments=("tied_error_vs_alpha", "tied_interpolation_peak", "tied_spectra"),
     keys=(*TASK, "task.beta0", "task.output", "task.alpha", "model.param", "model.kappa", "model.beta", "model.lam"),
     params=_se_params, compute=_se_compute, settings=_se_settings, sweep="task.alpha",
-    include=lambda p, s: p["model.lam"] >= s.state_evolution.min_lambda)
+    # the Wishart curves (the interpolation figures) get their lambda -> 0+ limit too
+    also=lambda p: [{**p, "model.lam": 0.0}] if p["task.target"] == "wishart" else [])
 
 
-CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION)
+CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT)
 
 
 def curves_of(experiment: str) -> list[TheoryCurve]:

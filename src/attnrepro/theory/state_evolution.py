@@ -1,5 +1,6 @@
 """Paper B's ERM state evolution (Claim 3.1): test error, training loss and learned spectrum of
-weight-decayed ERM with tied attention, as a damped fixed-point iteration.
+weight-decayed ERM with tied attention, by a root finder on variables that stay finite as lambda -> 0+,
+and its lambda -> 0+ limit below the interpolation threshold in closed form.
 
 The free energy, with lambda~ = sqrt(kappa) lambda and this project's penalty (lambda/2)||W||_F^2
 (so eps = lambda~/mhat; SPEC), is the extremum of
@@ -9,23 +10,32 @@ The free energy, with lambda~ = sqrt(kappa) lambda and this project's penalty (l
 
 Stationarity (docs/state_evolution.md derives it):
 
-    d/dSigma:    qhat     = -4 alpha dM/dSigma
-    d/dm:        mhat     = -2 alpha dM/dm
-    d/dq:        Sigmahat =  4 alpha dM/dq
-    d/dqhat:     Sigma    = D / Sigmahat,            D = (dJ/ddelta) / (2 delta)
-    d/dmhat:     m        = eta (K - delta^2 D),     K = int x (x - eps)_+ dmu_delta = J - (eps/2) dJ/deps
-    d/dSigmahat: q        = eta^2 J
+    qhat = -4 alpha dM/dSigma,   mhat = -2 alpha dM/dm,   Sigmahat = 4 alpha dM/dq,
+    Sigma = D / Sigmahat,   m = eta (K - delta^2 D),   q = eta^2 J,
+    D = (dJ/ddelta) / (2 delta),   K = int x (x - eps)_+ dmu_delta = J - (eps/2) dJ/deps.
 
-(J, D, K at (delta, eps); theory.free_convolution). Outputs: the estimation error
-E = Q0 - 2m + q (= ||S - S0||_F^2 / d), the training loss per sample E l(x*) and the test error
-E ||out(z0) - out(z)||^2 from the output channel, the learned-spectrum law
-eta ReLU(S0 + delta Z - eps I), and the validity condition kappa >= 1 - F_delta(eps) (the
-student's width must hold the learned rank).
+The fixed point (Sigma, m, q) = F(Sigma, m, q) is solved as a root of
 
-The iteration: from (Sigma, m, q), the channel gives the hatted variables, the prior side the
-new (Sigma, m, q); damped x <- (1 - rho) x + rho x_new. Warm starts along a sweep in alpha,
-and at small lambda a path in lambda from a larger one (solve_continued). When eps lies beyond
-the support of mu_delta (J = 0) the learned S is 0 and that point is returned.
+    r(y) = (log Sigma' - log Sigma, (m' - m)/sqrt(Q0 q), log q' - log q),   y = (log(lambda~ Sigma), m, log q),
+
+by Newton's method with a forward-difference Jacobian, Broyden updates and a backtracking line search
+(newton_root); the Jacobian is passed along a sweep, and so is y. Below the interpolation threshold
+Sigma grows like 1/lambda, and lambda~ Sigma, m, q stay finite: so does y. The damped iteration
+x <- (1 - rho) x + rho F(x) is the fallback (solve_damped): it is the route that reaches S = 0 (eps
+beyond the support of mu_delta, J = 0), where the logarithms end.
+
+Outputs: the estimation error E = Q0 - 2m + q (= ||S - S0||_F^2 / d), the training loss per sample and
+the test error from the output channel, the learned-spectrum law eta ReLU(S0 + delta Z - eps I) with its
+atom F_delta(eps) at 0, the validity condition kappa >= 1 - F_delta(eps), and the worst prox residual.
+
+lambda -> 0+ below alpha_interp (interpolating_limit): the channel's exact fit has M ~ (n_u/2)
+(r^2 (Q0 + Delta/2) - 2 r m + q)/Sigma as Sigma -> infinity (n_u = (T^2 + T - 2)/2, r = beta0/beta), so
+eta -> r, and with eps the finite limit of lambda~ Sigma / (2 alpha n_u r) the equations become
+
+    D(delta, eps) = (T^2 + T - 2) alpha,      Q0 + Delta/2 = 2 K(delta, eps) - J(delta, eps) - delta^2 D(delta, eps),
+    m = r (K - delta^2 D),   q = r^2 J,   training loss 0.
+
+At eps = 0 these are Corollary 3.2's equations for alpha_interp and delta_bar.
 """
 
 from __future__ import annotations
@@ -33,12 +43,21 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+from scipy.optimize import brentq
+
 from .free_convolution import FreeConvolution
+from .interpolation import interpolation_threshold
+from .output_channel import ProxNotSolved
 from .spectral_laws import SpectralLaw
 
 
 class NotConverged(RuntimeError):
-    """The iteration did not reach its tolerance (or left the domain Sigma, q > 0)."""
+    """The fixed point was not found to its tolerance (or the solve left the domain)."""
+
+
+class _OutOfDomain(ValueError):
+    """The map is undefined here: a hatted variable or a new (Sigma, q) is not positive."""
 
 
 @dataclass
@@ -59,102 +78,424 @@ class SEPoint:
     test_error: float
     rank: float            # 1 - F_delta(eps): fraction of non-zero learned eigenvalues
     valid: bool            # kappa >= rank
-    iterations: int
-    residual: float
+    iterations: int        # map evaluations
+    residual: float        # the largest |r| at the solution
+    prox_residual: float   # the largest |grad| of the output channel's proximal problems at the solution
+    method: str            # "newton", "damped", "null" (S = 0) or "interpolating_limit" (lambda -> 0+)
 
     def row(self) -> dict:
         return asdict(self)
 
 
-def _hats(channel, alpha: float, state: tuple[float, float, float]):
-    v = channel.evaluate(*state)
-    return -4 * alpha * v.dSigma, -2 * alpha * v.dm, 4 * alpha * v.dq, v  # qhat, mhat, Sigmahat
+@dataclass
+class _Evaluation:
+    state: tuple[float, float, float]   # (Sigma, m, q)
+    new: tuple[float, float, float]     # F(Sigma, m, q)
+    hats: tuple[float, float, float]    # (qhat, mhat, Sigmahat)
+    prior: tuple[float, float, float]   # (delta, eps, eta)
+    fc: FreeConvolution
+    channel_value: object
 
 
-def _prior(law: SpectralLaw, qhat: float, mhat: float, shat: float, lam_t: float, nodes: int):
-    if not (qhat > 0 and mhat > 0 and shat > 0):
-        raise NotConverged(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, Sigmahat = {shat:.3g}")
-    delta, eps, eta = math.sqrt(qhat) / mhat, lam_t / mhat, mhat / shat
-    fc = FreeConvolution(law, delta, nodes)
-    J, dJd, K = fc.J(eps), fc.dJ_ddelta(eps), fc.K(eps)
-    D = dJd / (2 * delta)
-    return (D / shat, eta * (K - delta * delta * D), eta * eta * J), (delta, eps, eta, fc)
+class FixedPointMap:
+    """F(Sigma, m, q) at one (alpha, lambda, kappa): the channel's hats, then the prior side."""
+
+    def __init__(self, law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, nodes: int):
+        if not (alpha > 0 and lam >= 0 and kappa > 0):
+            raise ValueError(f"need alpha > 0, lambda >= 0, kappa > 0; got {alpha}, {lam}, {kappa}")
+        self.law, self.channel, self.alpha, self.lam, self.kappa, self.nodes = law, channel, alpha, lam, kappa, nodes
+        self.lam_t = math.sqrt(kappa) * lam
+        self.calls = 0
+
+    def hats(self, state):
+        self.calls += 1
+        v = self.channel.evaluate(*state)
+        a = self.alpha
+        return (-4 * a * v.dSigma, -2 * a * v.dm, 4 * a * v.dq), v
+
+    def prior(self, hats):
+        qhat, mhat, shat = hats
+        if not (qhat > 0 and mhat > 0 and shat > 0):
+            raise _OutOfDomain(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, Sigmahat = {shat:.3g}")
+        delta, eps, eta = math.sqrt(qhat) / mhat, self.lam_t / mhat, mhat / shat
+        fc = FreeConvolution(self.law, delta, self.nodes)
+        J, dJd, K = fc.J(eps), fc.dJ_ddelta(eps), fc.K(eps)
+        D = dJd / (2 * delta)
+        return (D / shat, eta * (K - delta * delta * D), eta * eta * J), (delta, eps, eta), fc
+
+    def __call__(self, state) -> _Evaluation:
+        hats, v = self.hats(state)
+        new, prior, fc = self.prior(hats)
+        return _Evaluation(tuple(state), new, hats, prior, fc, v)
+
+    # ------------------------------------------------------------ the root-finding variables
+    def to_y(self, state) -> np.ndarray:
+        """(log(lambda~ Sigma), m, log q); log Sigma at lambda = 0 (a channel whose Sigma stays finite)."""
+        Sigma, m, q = state
+        return np.array([math.log((self.lam_t or 1.0) * Sigma), m, math.log(q)])
+
+    def from_y(self, y) -> tuple[float, float, float]:
+        return (math.exp(y[0]) / (self.lam_t or 1.0), float(y[1]), math.exp(y[2]))
+
+    def residual(self, y) -> tuple[np.ndarray, _Evaluation]:
+        try:
+            state = self.from_y(y)
+        except OverflowError as e:
+            raise _OutOfDomain(f"y = {y} out of range") from e
+        ev = self(state)
+        (S1, m1, q1), (S0, m0, q0) = ev.new, state
+        if not (S1 > 0 and q1 > 0):
+            raise _OutOfDomain(f"the map gives Sigma = {S1:.3g}, q = {q1:.3g} (S = 0 or beyond)")
+        return np.array([math.log(S1 / S0), (m1 - m0) / math.sqrt(self.law.Q0 * q0), math.log(q1 / q0)]), ev
 
 
-def solve(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None, damping: float = 0.3,
-          tol: float = 1e-6, max_iter: int = 300, nodes: int = 200, log=None) -> SEPoint:
-    """The fixed point at (alpha, lambda) for a channel (output_channel.OutputChannel or LinearChannel),
-    by the damped iteration x <- (1 - damping) x + damping map(x) from init = (Sigma, m, q) (default
-    (1, Q0/2, Q0/2)), until the map moves every coordinate by less than tol (relative). Raises
-    NotConverged."""
-    if not (alpha > 0 and lam >= 0 and kappa > 0):
-        raise ValueError(f"need alpha > 0, lambda >= 0, kappa > 0; got {alpha}, {lam}, {kappa}")
-    lam_t = math.sqrt(kappa) * lam
-    state = tuple(init) if init is not None else (1.0, 0.5 * law.Q0, 0.5 * law.Q0)
+def newton_root(fun, y0: np.ndarray, jac: np.ndarray | None = None, tol: float = 1e-8, max_evals: int = 40,
+                fd_step: float = 1e-6):
+    """A root of fun (R^k -> R^k, returning (r, extra)) by Newton's method: a forward-difference Jacobian
+    (or the one given), Broyden's rank-one updates, and a backtracking line search on ||r|| (steps 1, 1/2,
+    ..., 1/64; points where fun raises ValueError or ProxNotSolved count as out of the domain). When the
+    line search fails with an updated Jacobian, the Jacobian is recomputed; when it fails with a fresh
+    one, NotConverged. Returns (y, r, extra, jac, evals)."""
+    evals = 0
+
+    def call(y):
+        nonlocal evals
+        if evals >= max_evals:
+            raise NotConverged(f"root finder: |r| = {np.max(np.abs(r)):.2e} > {tol:g} after {evals} evaluations")
+        evals += 1
+        return fun(y)
+
+    def fd_jacobian(y, r):
+        out = np.empty((len(y), len(y)))
+        for k in range(len(y)):
+            h = fd_step * max(1.0, abs(y[k]))
+            yk = y.copy()
+            yk[k] += h
+            out[:, k] = (call(yk)[0] - r) / h
+        return out
+
+    y = np.asarray(y0, float)
+    r = np.full(len(y), np.inf)
+    r, extra = call(y)
+    fresh = jac is None
+    if fresh:
+        jac = fd_jacobian(y, r)
+    while np.max(np.abs(r)) > tol:
+        try:
+            step = -np.linalg.solve(jac, r)
+        except np.linalg.LinAlgError as e:
+            raise NotConverged(f"root finder: singular Jacobian ({e})") from e
+        norm, accepted = np.linalg.norm(r), None
+        for t in 0.5 ** np.arange(7):
+            try:
+                r_new, extra_new = call(y + t * step)
+            except (ValueError, ProxNotSolved):
+                continue
+            if np.linalg.norm(r_new) < (1 - 1e-4 * t) * norm:
+                accepted = t
+                break
+        if accepted is None:
+            if fresh:
+                raise NotConverged(f"root finder: no step along Newton's direction lowers |r| = {np.max(np.abs(r)):.2e}")
+            jac, fresh = fd_jacobian(y, r), True
+            continue
+        dy, dr = accepted * step, r_new - r
+        jac = jac + np.outer(dr - jac @ dy, dy) / (dy @ dy)
+        y, r, extra, fresh = y + dy, r_new, extra_new, False
+    return y, r, extra, jac, evals
+
+
+def _point(fmap: FixedPointMap, ev: _Evaluation, method: str, iterations: int, residual: float) -> SEPoint:
+    (Sigma, m, q), (qhat, mhat, shat), (delta, eps, eta) = ev.state, ev.hats, ev.prior
+    law, channel = fmap.law, fmap.channel
+    rank = float(1 - ev.fc.cdf(eps))
+    return SEPoint(alpha=fmap.alpha, lam=fmap.lam, Sigma=Sigma, m=m, q=q, Sigma_hat=shat, m_hat=mhat, q_hat=qhat,
+                   eta=eta, delta=delta, eps=eps, estimation_error=law.Q0 - 2 * m + q,
+                   train_loss=ev.channel_value.train_loss, test_error=channel.test_error(m, q), rank=rank,
+                   valid=bool(fmap.kappa >= rank), iterations=iterations, residual=residual,
+                   prox_residual=ev.channel_value.prox_residual, method=method)
+
+
+def default_start(law: SpectralLaw) -> tuple[float, float, float]:
+    return (1.0, 0.5 * law.Q0, 0.5 * law.Q0)
+
+
+def solve(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None, jac=None,
+          tol: float = 1e-7, max_evals: int = 40, nodes: int = 200) -> tuple[SEPoint, np.ndarray]:
+    """The fixed point at (alpha, lambda) by newton_root from init = (Sigma, m, q) (default
+    (1, Q0/2, Q0/2)); jac: the Jacobian in y of a nearby point (a sweep passes it on). Returns the point
+    and the Jacobian; raises NotConverged. lambda = 0 only where Sigma stays finite (the softmax
+    channel's lambda -> 0+ below alpha_interp is interpolating_limit)."""
+    fmap = FixedPointMap(law, channel, alpha, lam, kappa, nodes)
+    y0 = fmap.to_y(init if init is not None else default_start(law))
+    try:
+        y, r, ev, jac, evals = newton_root(fmap.residual, y0, jac, tol=tol, max_evals=max_evals)
+    except (ValueError, ProxNotSolved) as e:  # the start itself is outside the domain
+        raise NotConverged(f"root finder: {type(e).__name__}: {e}") from e
+    return _point(fmap, ev, "newton", evals, float(np.max(np.abs(r)))), jac
+
+
+def solve_damped(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None,
+                 damping: float = 0.3, tol: float = 1e-7, max_iter: int = 300, nodes: int = 200) -> SEPoint:
+    """The fixed point by the damped iteration x <- (1 - damping) x + damping F(x) until every coordinate
+    moves by less than tol (relative); returns S = 0 when eps stays beyond the support of mu_delta.
+    Raises NotConverged."""
+    fmap = FixedPointMap(law, channel, alpha, lam, kappa, nodes)
+    state = tuple(init) if init is not None else default_start(law)
     for it in range(1, max_iter + 1):
-        qhat, mhat, shat, _ = _hats(channel, alpha, state)
-        new, (delta, eps, eta, fc) = _prior(law, qhat, mhat, shat, lam_t, nodes)
+        try:
+            ev = fmap(state)
+        except _OutOfDomain as e:
+            raise NotConverged(f"damped iteration {it}: {e}") from e
+        new = ev.new
         if new[2] <= 0 and state[2] < 1e-10 * law.Q0:  # eps stays beyond the support of mu_delta: S = 0
-            return _null_point(law, channel, alpha, lam, kappa, (qhat, mhat, shat), (delta, eps, eta), it)
+            return _null_point(fmap, ev, it)
         residual = max(abs(a - b) / max(abs(a), abs(b), 1e-300) for a, b in zip(state, new, strict=True))
         state = tuple((1 - damping) * a + damping * b for a, b in zip(state, new, strict=True))
-        if log and it % 10 == 0:
-            log(f"  iteration {it}: residual {residual:.2e}, (Sigma, m, q) = " + ", ".join(f"{v:.5g}" for v in state))
         if not all(map(math.isfinite, state)):
-            raise NotConverged(f"left the domain at iteration {it}: (Sigma, m, q) = {state}")
+            raise NotConverged(f"damped iteration left the domain at iteration {it}: (Sigma, m, q) = {state}")
         if residual < tol:
-            break
-    else:
-        raise NotConverged(f"no convergence in {max_iter} iterations at alpha = {alpha:g}, lambda = {lam:g}: "
-                           f"residual {residual:.2e} > tol {tol:g}")
-    qhat, mhat, shat, value = _hats(channel, alpha, state)
-    _, (delta, eps, eta, fc) = _prior(law, qhat, mhat, shat, lam_t, nodes)
-    Sigma, m, q = state
-    rank = float(1 - fc.cdf(eps))
-    return SEPoint(alpha=alpha, lam=lam, Sigma=Sigma, m=m, q=q, Sigma_hat=shat, m_hat=mhat, q_hat=qhat, eta=eta,
-                   delta=delta, eps=eps, estimation_error=law.Q0 - 2 * m + q, train_loss=value.train_loss,
-                   test_error=channel.test_error(m, q), rank=rank, valid=bool(kappa >= rank), iterations=it,
-                   residual=residual)
+            return _point(fmap, fmap(state), "damped", it + 1, residual)
+    raise NotConverged(f"damped iteration: no convergence in {max_iter} iterations at alpha = {alpha:g}, "
+                       f"lambda = {lam:g}: residual {residual:.2e} > tol {tol:g}")
 
 
-LADDER_TOP, LADDER_STEP = 0.1, 2.0
+def _null_point(fmap: FixedPointMap, ev: _Evaluation, it: int) -> SEPoint:
+    """S = 0: every learned eigenvalue in the atom (weight decay beyond the spectrum's reach)."""
+    (qhat, mhat, shat), (delta, eps, eta) = ev.hats, ev.prior
+    law, channel = fmap.law, fmap.channel
+    return SEPoint(alpha=fmap.alpha, lam=fmap.lam, Sigma=0.0, m=0.0, q=0.0, Sigma_hat=shat, m_hat=mhat, q_hat=qhat,
+                   eta=eta, delta=delta, eps=eps, estimation_error=law.Q0, train_loss=ev.channel_value.train_loss,
+                   test_error=channel.test_error(0.0, 0.0), rank=0.0, valid=True, iterations=it, residual=0.0,
+                   prox_residual=ev.channel_value.prox_residual, method="null")
 
 
-def solve_continued(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None,
-                    log=None, **kw) -> SEPoint:
-    """solve from init; if that fails (or there is no init) and lambda < LADDER_TOP, follow the fixed
-    point down from lambda = LADDER_TOP in steps of a factor LADDER_STEP (each step warm-started by
-    the last): at small lambda the iteration from a cold start diverges, from a nearby point it
-    converges. Raises NotConverged naming the lambda where the path broke."""
-    if init is not None:
+LADDER_TOP, LADDER_STEP = 0.1, math.sqrt(10)
+
+
+def null_point(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, nodes: int = 200) -> SEPoint | None:
+    """S = 0 as the fixed point, when it is one: the hats at S = 0 (channel.at_zero) put eps = lambda~/mhat
+    beyond the support of mu_delta (J = 0, so S stays 0). None when it is not a fixed point."""
+    if not hasattr(channel, "at_zero") or lam <= 0:
+        return None
+    v = channel.at_zero()
+    fmap = FixedPointMap(law, channel, alpha, lam, kappa, nodes)
+    hats = (-4 * alpha * v.dSigma, -2 * alpha * v.dm, 4 * alpha * v.dq)
+    try:
+        new, prior, fc = fmap.prior(hats)
+    except _OutOfDomain:
+        return None
+    if new[2] > 0:
+        return None
+    ev = _Evaluation((0.0, 0.0, 0.0), new, hats, prior, fc, v)
+    return _null_point(fmap, ev, 1)
+
+
+def solve_continued(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, inits=(), jac=None,
+                    log=None, **kw) -> tuple[SEPoint, np.ndarray | None]:
+    """The fixed point at (alpha, lambda > 0), by the first route that works:
+
+    1. solve from each of `inits` (warm starts; jac the last Jacobian);
+    2. solve from the fixed point of the channel's quadratic surrogate (channel.surrogate(), exact and cheap);
+    3. S = 0, if it is a fixed point (null_point);
+    4. follow the fixed point down from lambda = max(LADDER_TOP, lambda) in steps of a factor LADDER_STEP,
+       each warm-started by the last (lambda~ Sigma held);
+    5. the damped iteration from the default start.
+
+    Returns (point, Jacobian or None); raises NotConverged naming every route's failure."""
+    errors = []
+
+    def attempt(name, fn):
         try:
-            return solve(law, channel, alpha, lam, kappa, init=init, **kw)
-        except NotConverged as e:
+            return fn()
+        except (NotConverged, ProxNotSolved) as e:
+            errors.append(f"{name}: {e}")
             if log:
-                log(f"  warm start failed ({e}); following lambda down from {LADDER_TOP:g}")
+                log(f"      {name} failed: {e}")
+            return None
+
+    for init in [i for i in inits if i is not None]:
+        found = attempt("warm start", lambda: solve(law, channel, alpha, lam, kappa, init=init, jac=jac, **kw))
+        if found:
+            return found
+    if hasattr(channel, "surrogate"):
+        def from_surrogate():
+            quad = channel.surrogate()
+            try:
+                start = solve(law, quad, alpha, lam, kappa, **kw)[0]
+            except NotConverged:
+                start = solve_damped(law, quad, alpha, lam, kappa, nodes=kw.get("nodes", 200), max_iter=1000)
+            if start.q <= 0:
+                raise NotConverged("the surrogate's fixed point is S = 0")
+            return solve(law, channel, alpha, lam, kappa, init=(start.Sigma, start.m, start.q), **kw)
+        found = attempt("from the quadratic surrogate's fixed point", from_surrogate)
+        if found:
+            return found
+    null = null_point(law, channel, alpha, lam, kappa, kw.get("nodes", 200))
+    if null is not None:
+        return null, None
+    found = attempt(f"lambda path from {max(LADDER_TOP, lam):g}", lambda: _continued_path(law, channel, alpha, lam,
+                                                                                         kappa, **kw))
+    if found:
+        return found
+    damped = attempt("damped iteration", lambda: (solve_damped(law, channel, alpha, lam, kappa,
+                                                               nodes=kw.get("nodes", 200)), None))
+    if damped:
+        return damped
+    raise NotConverged("; ".join(errors))
+
+
+def _continued_path(law, channel, alpha, lam, kappa, **kw):
+    """solve at lambda = max(LADDER_TOP, lambda), then down to lambda in steps of LADDER_STEP."""
     ladder = [lam]
     while ladder[-1] * LADDER_STEP < LADDER_TOP:
         ladder.append(ladder[-1] * LADDER_STEP)
     if lam < LADDER_TOP:
         ladder.append(LADDER_TOP)
-    start = None
+    start, path_jac, prev = None, None, None
     for step_lam in reversed(ladder):
+        if start is not None:  # keep lambda~ Sigma: below alpha_interp Sigma grows like 1/lambda
+            start = (start[0] * prev / step_lam, *start[1:])
         try:
-            p = solve(law, channel, alpha, step_lam, kappa, init=start, **kw)
+            p, path_jac = solve(law, channel, alpha, step_lam, kappa, init=start, jac=path_jac, **kw)
         except NotConverged as e:
-            where = (f"lambda path from {LADDER_TOP:g} broke at lambda = {step_lam:g}" if len(ladder) > 1
-                     else "from the default start")
-            raise NotConverged(f"{where}: {e}") from e
-        start = (p.Sigma, p.m, p.q) if p.q > 0 else None
-    return p
+            raise NotConverged(f"at lambda = {step_lam:g}: {e}") from e
+        start, prev = (p.Sigma, p.m, p.q), step_lam
+    return p, path_jac
 
 
-def _null_point(law, channel, alpha, lam, kappa, hats, prior, it) -> SEPoint:
-    """S = 0: every learned eigenvalue in the atom (weight decay beyond the spectrum's reach)."""
-    qhat, mhat, shat = hats
-    delta, eps, eta = prior
-    tiny = 1e-300
-    value = channel.evaluate(1e-12, 0.0, tiny)
-    return SEPoint(alpha=alpha, lam=lam, Sigma=0.0, m=0.0, q=0.0, Sigma_hat=shat, m_hat=mhat, q_hat=qhat, eta=eta,
-                   delta=delta, eps=eps, estimation_error=law.Q0, train_loss=value.train_loss,
-                   test_error=channel.test_error(0.0, tiny), rank=0.0, valid=True, iterations=it, residual=0.0)
+# ---------------------------------------------------------------- lambda -> 0+
+
+@dataclass
+class InterpolatingLimit:
+    delta: float
+    eps: float      # the limit of lambda~ Sigma / (2 alpha n_u r)
+    m: float
+    q: float
+    rank: float
+    residual: float
+
+
+def interpolating_limit(law: SpectralLaw, T: int, Delta: float, alpha: float, ratio: float = 1.0,
+                        nodes: int = 400) -> InterpolatingLimit:
+    """The lambda -> 0+ fixed point below alpha_interp (module docstring): (delta, eps) solving
+    D(delta, eps) = (T^2 + T - 2) alpha and h(delta, eps) := 2K - J - delta^2 D - (Q0 + Delta/2) = 0, then
+    m = r (K - delta^2 D), q = r^2 J (r = beta0/beta). The branch is parametrised by eps >= 0: h is
+    increasing in delta (negative as delta -> 0), so delta(eps) is its root (Brent in log delta), and
+    alpha(eps) = D(delta(eps), eps)/(T^2 + T - 2) falls from alpha_interp at eps = 0; eps solves
+    alpha(eps) = alpha (Brent). Raises ValueError at or above alpha_interp."""
+    n_meas, var0 = T * T + T - 2, law.Q0 + Delta / 2
+
+    def parts(s: float, eps: float):
+        fc = FreeConvolution(law, s, nodes)
+        J, K, D = fc.J(eps), fc.K(eps), fc.dJ_ddelta(eps) / (2 * s)
+        return fc, J, K, D, 2 * K - J - s * s * D - var0
+
+    def delta_of(eps: float) -> float:
+        h = lambda t: parts(math.exp(t), eps)[4]  # noqa: E731
+        lo, hi = math.log(1e-4), math.log(1e3)
+        if h(lo) * h(hi) > 0:
+            raise ValueError(f"interpolating limit: no delta solves h(delta, {eps:g}) = 0 in [1e-4, 1e3]")
+        return math.exp(brentq(h, lo, hi, xtol=1e-13, rtol=1e-13))
+
+    def alpha_gap(eps: float) -> float:
+        return parts(delta_of(eps), eps)[3] / n_meas - alpha
+
+    top = alpha_gap(0.0) + alpha
+    if alpha >= top:
+        raise ValueError(f"alpha = {alpha:g} is at or above the interpolation threshold {top:.6g}: no interpolating "
+                         "lambda -> 0+ limit")
+    hi = 1.0
+    while alpha_gap(hi) > 0:
+        hi *= 2
+        if hi > 1e4:
+            raise ValueError("interpolating limit: no eps bracket found")
+    eps = brentq(alpha_gap, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    s = delta_of(eps)
+    fc, J, K, D, h = parts(s, eps)
+    return InterpolatingLimit(delta=s, eps=eps, m=ratio * (K - s * s * D), q=ratio * ratio * J,
+                              rank=float(1 - fc.cdf(eps)), residual=max(abs(h), abs(D / n_meas - alpha)))
+
+
+# ---------------------------------------------------------------- a curve in alpha
+
+def _extrapolated(fmap_y: list[tuple[float, np.ndarray]], alpha: float) -> np.ndarray | None:
+    """y at alpha, linear in alpha through the last two solutions (the last one alone if only one)."""
+    if not fmap_y:
+        return None
+    if len(fmap_y) == 1:
+        return fmap_y[-1][1]
+    (a1, y1), (a2, y2) = fmap_y[-2:]
+    return y2 + (y2 - y1) * (alpha - a2) / (a2 - a1)
+
+
+def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: float, T: int, Delta: float,
+                          ratio: float = 1.0, log=None, **kw) -> list[dict]:
+    """The fixed point at every alpha (ascending), one row each (SEPoint's fields, converged, reason).
+
+    lambda > 0: solve_continued, each point started from the previous ones (y extrapolated linearly in
+    alpha) with the last Jacobian. lambda = 0 means lambda -> 0+: interpolating_limit below alpha_interp;
+    above it, with Delta = 0, perfect recovery (S = r S0); with Delta > 0 the limit has no finite weight
+    norm (docs/state_evolution.md), a row with converged = False and that reason. A point that fails is
+    a row with converged = False and its reason; the others go on."""
+    import time
+
+    rows, solved, jac = [], [], None
+    threshold = None
+    if lam == 0:
+        try:
+            threshold = interpolation_threshold(law, T, Delta)
+        except ValueError as e:
+            threshold = e
+    for alpha in sorted(float(a) for a in alphas):
+        t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
+        try:
+            if lam == 0:
+                row = _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold)
+            else:
+                fmap = FixedPointMap(law, channel, alpha, lam, kappa, kw.get("nodes", 200))
+                inits = [fmap.from_y(y) for y in (_extrapolated(solved, alpha), solved[-1][1] if solved else None)
+                         if y is not None and np.all(np.abs(y) < 50)]
+                p, jac = solve_continued(law, channel, alpha, lam, kappa, inits=inits, jac=jac, log=log, **kw)
+                row = p.row()
+                if p.method in ("newton", "damped"):
+                    solved.append((alpha, fmap.to_y((p.Sigma, p.m, p.q))))
+            reason = row.pop("reason", "")
+        except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
+            row, reason, jac = {"alpha": alpha, "lam": lam, "method": "failed"}, f"{type(e).__name__}: {e}", None
+        row.update(converged=not reason, reason=reason, seconds=time.perf_counter() - t0,
+                   channel_evaluations=getattr(channel, "evaluations", 0) - calls0)
+        rows.append(row)
+        if log:
+            status = row["method"] if not reason else "no limit" if row.get("method") == "no_limit" else "FAILED"
+            log(f"    alpha = {alpha:g}, lambda = {lam:g}: {status}" + (f" ({reason})" if reason else "")
+                + f", {row['channel_evaluations']} channel evaluations, {row['seconds']:.1f}s")
+    return rows
+
+
+def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold) -> dict:
+    """One lambda -> 0+ row (see state_evolution_curve)."""
+    nan = float("nan")
+    base = dict(alpha=alpha, lam=0.0, Sigma=nan, Sigma_hat=nan, m_hat=nan, q_hat=nan, eta=ratio, iterations=0,
+                residual=nan, prox_residual=nan)
+    if isinstance(threshold, Exception):
+        raise ValueError(f"no interpolation threshold: {threshold}")
+    if alpha < threshold.alpha:
+        lim = interpolating_limit(law, T, Delta, alpha, ratio)
+        return {**base, "m": lim.m, "q": lim.q, "delta": lim.delta, "eps": lim.eps,
+                "estimation_error": law.Q0 - 2 * lim.m + lim.q, "train_loss": 0.0,
+                "test_error": channel.test_error(lim.m, lim.q), "rank": lim.rank, "valid": bool(kappa >= lim.rank),
+                "residual": lim.residual, "method": "interpolating_limit"}
+    if getattr(channel, "finite_at_zero_lambda", False):  # a quadratic loss: Sigma stays finite at lambda = 0
+        start = _continued_path(law, channel, alpha, 1e-8, kappa)[0]
+        p = solve(law, channel, alpha, 0.0, kappa, init=(start.Sigma, start.m, start.q))[0]
+        return {**p.row(), "method": "lambda_zero"}
+    if Delta == 0:  # the exact fit is S0 itself: perfect recovery, S = r S0
+        rank = 1.0 - sum(w for t, w in law.atoms if t == 0)
+        m, q = ratio * law.Q0, ratio * ratio * law.Q0
+        return {**base, "m": m, "q": q, "delta": 0.0, "eps": 0.0, "estimation_error": law.Q0 - 2 * m + q,
+                "train_loss": 0.0, "test_error": 0.0, "rank": rank, "valid": bool(kappa >= rank),
+                "residual": 0.0, "method": "perfect_recovery"}
+    return {**base, "method": "no_limit",
+            "reason": f"alpha >= alpha_interp = {threshold.alpha:.4g}: the lambda -> 0+ limit has no finite weight norm "
+                      "(q grows without bound; docs/state_evolution.md)"}
