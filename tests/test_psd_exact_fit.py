@@ -14,6 +14,22 @@ from attnrepro.tasks.attention_indexed import preactivations
 torch.set_num_threads(1)
 
 
+def planted_problem(d: int, n: int, R: int = 1, Delta: float = 0.5, p0=None, seed: int = 0):
+    """X (R, n, 2, d) i.i.d. N(0, 1); S0 (R, d, d) = W0 W0^T / sqrt(p0 d), W0 (d, p0), p0 = d // 2 by
+    default; noise xi symmetric 2x2, Var xi_aa = Delta, Var xi_ab = Delta/2; targets
+    t_1 = (h_11 + xi_11) - (h_12 + xi_12), t_2 = (h_22 + xi_22) - (h_12 + xi_12) at S0."""
+    gen = torch.Generator().manual_seed(seed)
+    p0 = max(1, d // 2) if p0 is None else p0
+    W0 = torch.randn(R, d, p0, generator=gen, dtype=torch.float64)
+    S0 = W0 @ W0.transpose(-1, -2) / math.sqrt(p0 * d)
+    X = torch.randn(R, n, 2, d, generator=gen, dtype=torch.float64)
+    g = torch.randn(R, n, 2, 2, generator=gen, dtype=torch.float64)
+    xi = math.sqrt(Delta) * 0.5 * (g + g.transpose(-1, -2))
+    noise = torch.stack((xi[..., 0, 0] - xi[..., 0, 1], xi[..., 1, 1] - xi[..., 0, 1]), dim=-1)
+    return X, pf.logit_differences(X, S0) + noise, S0
+
+
+
 def explicit_B(X):
     """B (n, 2, d, d) built from the definition, for one replica X (n, 2, d)."""
     d = X.shape[-1]
@@ -66,7 +82,7 @@ def bm_minimum(B, t, restarts=2, seed=0):
 
 
 def test_logit_differences_match_definition_and_preactivations():
-    X, _, _ = pf.planted_problem(7, 25, R=2, Delta=0.0, seed=3)
+    X, _, _ = planted_problem(7, 25, R=2, Delta=0.0, seed=3)
     S = torch.randn(2, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     S = S + S.transpose(-1, -2)
     u = pf.logit_differences(X, S)
@@ -96,7 +112,7 @@ def test_adjoint_identity_and_explicit_sum():
 
 
 def test_lipschitz_matches_largest_singular_value():
-    X, _, _ = pf.planted_problem(6, 20, R=2, seed=2)
+    X, _, _ = planted_problem(6, 20, R=2, seed=2)
     L = pf.lipschitz(X, iters=300, safety=1.0)
     for i in range(2):
         Bm = explicit_B(X[i]).reshape(40, 36)
@@ -114,7 +130,7 @@ def test_lipschitz_matches_largest_singular_value():
 
 def test_noiseless_targets_fit_exactly():
     # Delta = 0: S0 fits; at alpha = 0.6 (2n > d(d+1)/2) it is the unique PSD fit, so S -> S0
-    X, t, S0 = pf.planted_problem(12, 86, R=2, Delta=0.0, seed=4)
+    X, t, S0 = planted_problem(12, 86, R=2, Delta=0.0, seed=4)
     res = pf.solve(X, t, max_iter=5000)
     assert res.status == ["fit", "fit"]
     assert (res.loss_per_sample <= 1e-12).all()
@@ -129,7 +145,7 @@ def test_low_alpha_noisy_targets_fit():
     # alpha = 0.08, far below the threshold: noisy targets are still fitted by some PSD S
     d = 20
     n = round(0.08 * d * d)
-    X, t, _ = pf.planted_problem(d, n, R=2, Delta=0.5, seed=6)
+    X, t, _ = planted_problem(d, n, R=2, Delta=0.5, seed=6)
     res = pf.solve(X, t, max_iter=3000)
     assert res.status == ["fit", "fit"]
     assert (pf.objective(X, res.S, t) / n <= 1e-12).all()
@@ -140,7 +156,7 @@ def test_low_alpha_noisy_targets_fit():
 @pytest.fixture(scope="module")
 def small_no_fit():
     """d = 6, n = 60: replica 0 noiseless (fit), replicas 1, 2 noisy (no fit), in one batch."""
-    X, t, S0 = pf.planted_problem(6, 60, R=3, Delta=0.5, seed=7)
+    X, t, S0 = planted_problem(6, 60, R=3, Delta=0.5, seed=7)
     t = t.clone()
     t[0] = pf.logit_differences(X[:1], S0[:1])[0]
     res = pf.solve(X, t, max_iter=20000, gap_tol=1e-10)  # tighter than the default, for the KKT checks
@@ -195,7 +211,7 @@ def test_dual_certificate_is_feasible_and_below_primal(small_no_fit):
 
 def test_a_bad_dual_candidate_is_rejected():
     # a residual far from optimal (S = 0) has an indefinite A*(r): the certificate must not accept it
-    X, t, _ = pf.planted_problem(6, 60, R=1, Delta=0.5, seed=7)
+    X, t, _ = planted_problem(6, 60, R=1, Delta=0.5, seed=7)
     r = -t
     G = pf.adjoint(X, r)
     assert torch.linalg.eigvalsh(G)[0, 0] < 0
@@ -226,7 +242,7 @@ def test_unconstrained_least_squares_optimum_when_psd():
 
 
 def test_undecided_when_out_of_iterations():
-    X, t, _ = pf.planted_problem(6, 60, R=2, Delta=0.5, seed=7)
+    X, t, _ = planted_problem(6, 60, R=2, Delta=0.5, seed=7)
     logs = []
     res = pf.solve(X, t, max_iter=7, log=lambda k, info: logs.append(k), log_every=3)
     assert res.status == ["undecided", "undecided"]

@@ -116,7 +116,8 @@ def test_bad_override_fails_at_composition(override, words):
     assert all(w in str(err.value) for w in words)
 
 
-@pytest.mark.parametrize("criterion, field", [("train.tol=1e-9", "stalled_step"), ("train.tol_grad=1e-6", "converged_step")])
+@pytest.mark.parametrize("criterion, field", [("train.tol=1e-9", "stalled_step"),
+                                             ("train.tol_grad=1e-6", "converged_step")])
 def test_early_stop_when_every_seed_has_converged(job_config, criterion, field):
     """Softmax GD reaches loss ~0 fast: each seed's step of convergence (relative gradient <= tol_grad) or
     of stalling (relative objective change < tol) is recorded and training stops before the step budget,

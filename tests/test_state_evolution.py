@@ -10,15 +10,21 @@ import pytest
 import torch
 from scipy.optimize import fsolve, minimize
 
-from attnrepro.theory import output_channel as oc
+from attnrepro.theory import softmax_prox
 from attnrepro.theory.free_convolution import FreeConvolution
 from attnrepro.theory.gaussian_rules import gauss_hermite, monte_carlo, sobol
 from attnrepro.theory.interpolation import interpolation_threshold
-from attnrepro.theory.output_channel import (DifferenceCoordinates, LinearChannel, LogitDifferenceChannel,
-                                             ProxNotSolved, SoftmaxChannel, pair_loss, prox, softmax_loss)
+from attnrepro.theory.output_channel import LinearChannel, LogitDifferenceChannel, SoftmaxChannel
+from attnrepro.theory.softmax_prox import DifferenceCoordinates, ProxNotSolved, pair_loss, prox, softmax_loss
 from attnrepro.theory.spectral_laws import MarchenkoPastur
-from attnrepro.theory.state_evolution import (NotConverged, interpolating_limit, null_point, solve, solve_damped,
-                                              state_evolution_curve)
+from attnrepro.theory.state_evolution import (
+    NotConverged,
+    interpolating_limit,
+    null_point,
+    solve,
+    solve_damped,
+    state_evolution_curve,
+)
 
 LAW = MarchenkoPastur(0.5)
 Q0, DELTA = LAW.Q0, 0.5
@@ -57,8 +63,8 @@ def test_pair_loss_is_the_general_softmax_loss():
     uu = u.clone().requires_grad_(True)
     auto = torch.autograd.grad(pair_loss(uu, Y, 1.3)[0].sum(), uu)[0]
     assert torch.allclose(fast[1], auto, atol=1e-12)
-    hess = torch.stack([torch.autograd.functional.hessian(lambda v: pair_loss(v[None], Y[i:i + 1], 1.3)[0].sum(),
-                                                          u[i]) for i in range(8)])
+    hess = torch.stack([torch.autograd.functional.hessian(
+        lambda v, i=i: pair_loss(v[None], Y[i:i + 1], 1.3)[0].sum(), u[i]) for i in range(8)])
     assert torch.allclose(fast[2][:8], hess, atol=1e-10)
 
 
@@ -70,7 +76,7 @@ def test_general_softmax_loss_derivatives_at_three_tokens():
     Y = torch.softmax(torch.randn(4, 3, 3, generator=gen, dtype=torch.float64), -1)
     loss, g, H = softmax_loss(c, u, Y, 0.7)
     for i in range(4):
-        f = lambda v: softmax_loss(c, v[None], Y[i:i + 1], 0.7, hessian=False)[0].sum()  # noqa: E731
+        f = lambda v, i=i: softmax_loss(c, v[None], Y[i:i + 1], 0.7, hessian=False)[0].sum()  # noqa: E731
         assert torch.allclose(g[i], torch.autograd.functional.jacobian(f, u[i]), atol=1e-12)
         assert torch.allclose(H[i], torch.autograd.functional.hessian(f, u[i]), atol=1e-10)
 
@@ -92,7 +98,7 @@ def test_prox_finds_the_global_minimum_against_a_grid_search(sigma):
     for i in range(len(a)):
         ai, y = a[i].numpy(), (Y0[i, 0, 0].item(), Y0[i, 1, 1].item())
 
-        def f(u):
+        def f(u, ai=ai, y=y):
             r = np.asarray(u) - ai
             p = 1 / (1 + np.exp(-np.asarray(u)))
             return 0.5 * r @ P @ r + (p[0] - y[0]) ** 2 + (p[1] - y[1]) ** 2
@@ -116,7 +122,7 @@ def test_channel_keeps_no_state_and_is_deterministic(channel):
 
 def test_a_prox_that_fails_is_an_error(monkeypatch):
     """With one Newton step the minimisers are not found to 1e-9: the channel raises, never returns M."""
-    monkeypatch.setattr(oc, "NEWTON_STEPS", 1)
+    monkeypatch.setattr(softmax_prox, "NEWTON_STEPS", 1)
     with pytest.raises(ProxNotSolved, match="prox residual"):
         SoftmaxChannel(2, Q0, DELTA, sobol(4, 8)).evaluate(3.0, 1.0, 1.2)
 

@@ -22,8 +22,8 @@ import pandas as pd
 from . import series
 from .claims import Claim, fmt, interval, judge
 from .figure_spec import FigureSpec, register
-from .fits import NAN, binomial_se, bootstrap
 from .figures_tied import at, finish, grid, listing, theory_rows
+from .fits import NAN, binomial_se, bootstrap
 from .plotting import palette
 from .tables import ExperimentData, select
 
@@ -161,7 +161,8 @@ def plot(table: pd.DataFrame):
         e = est[est["task.Delta"] == delta] if not est.empty else est
         fin = e[np.isfinite(e["task.d"])] if len(e) else e
         if len(fin):
-            b.errorbar(1 / fin["task.d"], fin["alpha_50"], yerr=[fin["alpha_50"] - fin["lo"], fin["hi"] - fin["alpha_50"]],
+            err = [fin["alpha_50"] - fin["lo"], fin["hi"] - fin["alpha_50"]]
+            b.errorbar(1 / fin["task.d"], fin["alpha_50"], yerr=err,
                        marker="o", ms=4, lw=0, elinewidth=0.8, capsize=2, color="C0", label="α_50(d), 95% CI")
             a_inf, slope = extrapolate(fin["task.d"].to_numpy(float), fin["alpha_50"].to_numpy(float))
             if np.isfinite(a_inf):

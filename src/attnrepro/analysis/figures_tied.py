@@ -1087,7 +1087,7 @@ register(FigureSpec(
             "tied_error_vs_alpha: Wishart target, seq2lab, κ = κ0 = 0.5, T = 2), at λ = 0 and at each seed's "
             "cross-validated λ, mean ± s.e. over seeds, against the Bayes-optimal MMSE of AIM-2025's state "
             "evolution (d → ∞; line) and its perfect-recovery threshold α_PR (dotted); dashed: ERM's own state "
-            "evolution at every λ of the sweep and at λ → 0⁺, where it is valid (κ >= the learned rank). Right: the MMSE for "
-            "several κ0 and T. MMSE = m(q̂) with α = q̂ m(q̂)/(T² + T - 2), m(q̂) = 1/q̂ - (4π²/3q̂²)∫p³ of "
+            "evolution at every λ of the sweep and at λ → 0⁺, where it is valid (κ >= the learned rank). Right: "
+            "the MMSE for several κ0 and T. MMSE = m(q̂) with α = q̂ m(q̂)/(T² + T - 2), m(q̂) = 1/q̂ - (4π²/3q̂²)∫p³ of "
             "S0 + Z/√q̂ (theory.bayes_optimal).",
 ))

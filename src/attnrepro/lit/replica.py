@@ -8,12 +8,13 @@ One optimiser step per Lightning step; the data live in the problem
 (buffers, moved with the module), so the loader only ticks.
 
 Convergence (per replica, at logged steps). A replica *converged* when its
-relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries of
-that replica, L_0 its objective at the first step; scale-free, so one tolerance
-serves every n and d, and finite where L -> 0) is at most ``tol_grad``; it *stalled* when the relative change of its objective since the
-previous log is below ``tol``. Training stops once every replica has converged or
-stalled; with tol = tol_grad = 0 it runs all steps. runs.fit records, per seed,
-the final relative gradient and whether it meets tol_grad.
+relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries
+of that replica, L_0 its objective at the first step; scale-free, so one
+tolerance serves every n and d, and finite where L -> 0) is at most
+``tol_grad``; it *stalled* when the relative change of its objective since the
+previous log is below ``tol``. Training stops once every replica has converged
+or stalled; with tol = tol_grad = 0 it runs all steps. runs.fit records, per
+seed, the final relative gradient and whether it meets tol_grad.
 """
 
 from __future__ import annotations

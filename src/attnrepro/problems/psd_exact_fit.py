@@ -472,37 +472,3 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
                      grad_map=gm_out, max_abs_residual=res.abs().amax((-2, -1)), iterations=it_out,
                      restarts=rs_out, rank=rank, eigenvalues=lam, S=S_out, dual_y=y_out, lipschitz=Lr,
                      seconds=time.perf_counter() - t0, history=history)
-
-
-# ---------------------------------------------------------------------------------------------
-# planted problems (tests, timing)
-# ---------------------------------------------------------------------------------------------
-
-
-def planted_problem(d: int, n: int, R: int = 1, Delta: float = 0.5, p0: Optional[int] = None,
-                    seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """X (R, n, 2, d) i.i.d. N(0, 1); S0 (R, d, d) = W0 W0^T / sqrt(p0 d), W0 (d, p0), p0 = d // 2 by
-    default; noise xi symmetric 2x2, Var xi_aa = Delta, Var xi_ab = Delta/2; targets
-    t_1 = (h_11 + xi_11) - (h_12 + xi_12), t_2 = (h_22 + xi_22) - (h_12 + xi_12) at S0."""
-    gen = torch.Generator().manual_seed(seed)
-    p0 = max(1, d // 2) if p0 is None else p0
-    W0 = torch.randn(R, d, p0, generator=gen, dtype=torch.float64)
-    S0 = W0 @ W0.transpose(-1, -2) / math.sqrt(p0 * d)
-    X = torch.randn(R, n, 2, d, generator=gen, dtype=torch.float64)
-    g = torch.randn(R, n, 2, 2, generator=gen, dtype=torch.float64)
-    xi = math.sqrt(Delta) * 0.5 * (g + g.transpose(-1, -2))
-    noise = torch.stack((xi[..., 0, 0] - xi[..., 0, 1], xi[..., 1, 1] - xi[..., 0, 1]), dim=-1)
-    return X, logit_differences(X, S0) + noise, S0
-
-
-def benchmark(d: int = 50, alphas=(0.08, 0.12, 0.15, 0.2, 0.25), R: int = 4, Delta: float = 0.5,
-              max_iter: int = 20000, seed: int = 0) -> list[dict]:
-    """Solve planted problems at n = round(alpha d^2); one row per alpha with per-replica outcomes."""
-    rows = []
-    for alpha in alphas:
-        n = round(alpha * d * d)
-        X, t, _ = planted_problem(d, n, R, Delta, seed=seed)
-        res = solve(X, t, max_iter=max_iter)
-        rows.append(dict(d=d, n=n, alpha=alpha, seconds=res.seconds, ms_per_iter=1e3 * res.seconds /
-                         max(1, int(res.iterations.max())), replicas=res.summary()))
-    return rows

@@ -1,6 +1,5 @@
 """Paper B's ERM state evolution (Claim 3.1): test error, training loss and learned spectrum of
-weight-decayed ERM with tied attention, by a root finder on variables that stay finite as lambda -> 0+,
-and its lambda -> 0+ limit below the interpolation threshold in closed form.
+weight-decayed ERM with tied attention, by a root finder on variables that stay finite as lambda -> 0+.
 
 The free energy, with lambda~ = sqrt(kappa) lambda and this project's penalty (lambda/2)||W||_F^2
 (so eps = lambda~/mhat; SPEC), is the extremum of
@@ -19,23 +18,17 @@ The fixed point (Sigma, m, q) = F(Sigma, m, q) is solved as a root of
     r(y) = (log Sigma' - log Sigma, (m' - m)/sqrt(Q0 q), log q' - log q),   y = (log(lambda~ Sigma), m, log q),
 
 by Newton's method with a forward-difference Jacobian, Broyden updates and a backtracking line search
-(newton_root); the Jacobian is passed along a sweep, and so is y. Below the interpolation threshold
-Sigma grows like 1/lambda, and lambda~ Sigma, m, q stay finite: so does y. The damped iteration
-x <- (1 - rho) x + rho F(x) is the fallback (solve_damped): it is the route that reaches S = 0 (eps
-beyond the support of mu_delta, J = 0), where the logarithms end.
+(theory.root_finding); the Jacobian is passed along a sweep, and so is y. Below the interpolation threshold
+Sigma grows like 1/lambda, and lambda~ Sigma, m, q stay finite: so does y. Where a point cannot start
+from its neighbours, solve_continued tries the channel's quadratic surrogate, S = 0 (null_point: eps
+beyond the support of mu_delta, where the logarithms end), a path down in lambda, and last the damped
+iteration x <- (1 - rho) x + rho F(x) (solve_damped).
 
 Outputs: the estimation error E = Q0 - 2m + q (= ||S - S0||_F^2 / d), the training loss per sample and
 the test error from the output channel, the learned-spectrum law eta ReLU(S0 + delta Z - eps I) with its
 atom F_delta(eps) at 0, the validity condition kappa >= 1 - F_delta(eps), and the worst prox residual.
 
-lambda -> 0+ below alpha_interp (interpolating_limit): the channel's exact fit has M ~ (n_u/2)
-(r^2 (Q0 + Delta/2) - 2 r m + q)/Sigma as Sigma -> infinity (n_u = (T^2 + T - 2)/2, r = beta0/beta), so
-eta -> r, and with eps the finite limit of lambda~ Sigma / (2 alpha n_u r) the equations become
-
-    D(delta, eps) = (T^2 + T - 2) alpha,      Q0 + Delta/2 = 2 K(delta, eps) - J(delta, eps) - delta^2 D(delta, eps),
-    m = r (K - delta^2 D),   q = r^2 J,   training loss 0.
-
-At eps = 0 these are Corollary 3.2's equations for alpha_interp and delta_bar.
+lambda = 0 means lambda -> 0+: below alpha_interp the closed form of theory.interpolating_limit.
 """
 
 from __future__ import annotations
@@ -44,16 +37,13 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from .free_convolution import FreeConvolution
+from .interpolating_limit import interpolating_limit
 from .interpolation import interpolation_threshold
-from .output_channel import ProxNotSolved
+from .root_finding import NotConverged, newton_root
+from .softmax_prox import ProxNotSolved
 from .spectral_laws import SpectralLaw
-
-
-class NotConverged(RuntimeError):
-    """The fixed point was not found to its tolerance (or the solve left the domain)."""
 
 
 class _OutOfDomain(ValueError):
@@ -147,62 +137,6 @@ class FixedPointMap:
         if not (S1 > 0 and q1 > 0):
             raise _OutOfDomain(f"the map gives Sigma = {S1:.3g}, q = {q1:.3g} (S = 0 or beyond)")
         return np.array([math.log(S1 / S0), (m1 - m0) / math.sqrt(self.law.Q0 * q0), math.log(q1 / q0)]), ev
-
-
-def newton_root(fun, y0: np.ndarray, jac: np.ndarray | None = None, tol: float = 1e-8, max_evals: int = 40,
-                fd_step: float = 1e-6):
-    """A root of fun (R^k -> R^k, returning (r, extra)) by Newton's method: a forward-difference Jacobian
-    (or the one given), Broyden's rank-one updates, and a backtracking line search on ||r|| (steps 1, 1/2,
-    ..., 1/64; points where fun raises ValueError or ProxNotSolved count as out of the domain). When the
-    line search fails with an updated Jacobian, the Jacobian is recomputed; when it fails with a fresh
-    one, NotConverged. Returns (y, r, extra, jac, evals)."""
-    evals = 0
-
-    def call(y):
-        nonlocal evals
-        if evals >= max_evals:
-            raise NotConverged(f"root finder: |r| = {np.max(np.abs(r)):.2e} > {tol:g} after {evals} evaluations")
-        evals += 1
-        return fun(y)
-
-    def fd_jacobian(y, r):
-        out = np.empty((len(y), len(y)))
-        for k in range(len(y)):
-            h = fd_step * max(1.0, abs(y[k]))
-            yk = y.copy()
-            yk[k] += h
-            out[:, k] = (call(yk)[0] - r) / h
-        return out
-
-    y = np.asarray(y0, float)
-    r = np.full(len(y), np.inf)
-    r, extra = call(y)
-    fresh = jac is None
-    if fresh:
-        jac = fd_jacobian(y, r)
-    while np.max(np.abs(r)) > tol:
-        try:
-            step = -np.linalg.solve(jac, r)
-        except np.linalg.LinAlgError as e:
-            raise NotConverged(f"root finder: singular Jacobian ({e})") from e
-        norm, accepted = np.linalg.norm(r), None
-        for t in 0.5 ** np.arange(7):
-            try:
-                r_new, extra_new = call(y + t * step)
-            except (ValueError, ProxNotSolved):
-                continue
-            if np.linalg.norm(r_new) < (1 - 1e-4 * t) * norm:
-                accepted = t
-                break
-        if accepted is None:
-            if fresh:
-                raise NotConverged(f"root finder: no step along Newton's direction lowers |r| = {np.max(np.abs(r)):.2e}")
-            jac, fresh = fd_jacobian(y, r), True
-            continue
-        dy, dr = accepted * step, r_new - r
-        jac = jac + np.outer(dr - jac @ dy, dy) / (dy @ dy)
-        y, r, extra, fresh = y + dy, r_new, extra_new, False
-    return y, r, extra, jac, evals
 
 
 def _point(fmap: FixedPointMap, ev: _Evaluation, method: str, iterations: int, residual: float) -> SEPoint:
@@ -315,7 +249,8 @@ def solve_continued(law: SpectralLaw, channel, alpha: float, lam: float, kappa: 
             return None
 
     for init in [i for i in inits if i is not None]:
-        found = attempt("warm start", lambda: solve(law, channel, alpha, lam, kappa, init=init, jac=jac, **kw))
+        found = attempt("warm start",
+                        lambda init=init: solve(law, channel, alpha, lam, kappa, init=init, jac=jac, **kw))
         if found:
             return found
     if hasattr(channel, "surrogate"):
@@ -362,59 +297,6 @@ def _continued_path(law, channel, alpha, lam, kappa, **kw):
             raise NotConverged(f"at lambda = {step_lam:g}: {e}") from e
         start, prev = (p.Sigma, p.m, p.q), step_lam
     return p, path_jac
-
-
-# ---------------------------------------------------------------- lambda -> 0+
-
-@dataclass
-class InterpolatingLimit:
-    delta: float
-    eps: float      # the limit of lambda~ Sigma / (2 alpha n_u r)
-    m: float
-    q: float
-    rank: float
-    residual: float
-
-
-def interpolating_limit(law: SpectralLaw, T: int, Delta: float, alpha: float, ratio: float = 1.0,
-                        nodes: int = 400) -> InterpolatingLimit:
-    """The lambda -> 0+ fixed point below alpha_interp (module docstring): (delta, eps) solving
-    D(delta, eps) = (T^2 + T - 2) alpha and h(delta, eps) := 2K - J - delta^2 D - (Q0 + Delta/2) = 0, then
-    m = r (K - delta^2 D), q = r^2 J (r = beta0/beta). The branch is parametrised by eps >= 0: h is
-    increasing in delta (negative as delta -> 0), so delta(eps) is its root (Brent in log delta), and
-    alpha(eps) = D(delta(eps), eps)/(T^2 + T - 2) falls from alpha_interp at eps = 0; eps solves
-    alpha(eps) = alpha (Brent). Raises ValueError at or above alpha_interp."""
-    n_meas, var0 = T * T + T - 2, law.Q0 + Delta / 2
-
-    def parts(s: float, eps: float):
-        fc = FreeConvolution(law, s, nodes)
-        J, K, D = fc.J(eps), fc.K(eps), fc.dJ_ddelta(eps) / (2 * s)
-        return fc, J, K, D, 2 * K - J - s * s * D - var0
-
-    def delta_of(eps: float) -> float:
-        h = lambda t: parts(math.exp(t), eps)[4]  # noqa: E731
-        lo, hi = math.log(1e-4), math.log(1e3)
-        if h(lo) * h(hi) > 0:
-            raise ValueError(f"interpolating limit: no delta solves h(delta, {eps:g}) = 0 in [1e-4, 1e3]")
-        return math.exp(brentq(h, lo, hi, xtol=1e-13, rtol=1e-13))
-
-    def alpha_gap(eps: float) -> float:
-        return parts(delta_of(eps), eps)[3] / n_meas - alpha
-
-    top = alpha_gap(0.0) + alpha
-    if alpha >= top:
-        raise ValueError(f"alpha = {alpha:g} is at or above the interpolation threshold {top:.6g}: no interpolating "
-                         "lambda -> 0+ limit")
-    hi = 1.0
-    while alpha_gap(hi) > 0:
-        hi *= 2
-        if hi > 1e4:
-            raise ValueError("interpolating limit: no eps bracket found")
-    eps = brentq(alpha_gap, 0.0, hi, xtol=1e-12, rtol=1e-12)
-    s = delta_of(eps)
-    fc, J, K, D, h = parts(s, eps)
-    return InterpolatingLimit(delta=s, eps=eps, m=ratio * (K - s * s * D), q=ratio * ratio * J,
-                              rank=float(1 - fc.cdf(eps)), residual=max(abs(h), abs(D / n_meas - alpha)))
 
 
 # ---------------------------------------------------------------- a curve in alpha
@@ -497,5 +379,5 @@ def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold) -> dict:
                 "train_loss": 0.0, "test_error": 0.0, "rank": rank, "valid": bool(kappa >= rank),
                 "residual": 0.0, "method": "perfect_recovery"}
     return {**base, "method": "no_limit",
-            "reason": f"alpha >= alpha_interp = {threshold.alpha:.4g}: the lambda -> 0+ limit has no finite weight norm "
-                      "(q grows without bound; docs/state_evolution.md)"}
+            "reason": f"alpha >= alpha_interp = {threshold.alpha:.4g}: the lambda -> 0+ limit has no finite weight "
+                      "norm (q grows without bound; docs/state_evolution.md)"}
