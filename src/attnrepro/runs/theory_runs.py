@@ -93,10 +93,16 @@ def jobs(experiment: str, settings: DictConfig) -> list[TheoryJob]:
             if params is None or params in seen:
                 continue
             seen.append(params)
-            blob = json.dumps({"curve": curve.name, "params": params, "settings": curve.settings(settings),
-                               "version": THEORY_VERSION}, sort_keys=True, default=str)
-            out.append(TheoryJob(experiment, curve, params, hashlib.sha256(blob.encode()).hexdigest()[:16]))
+            out.append(make_job(experiment, curve, params, settings))
     return out
+
+
+def make_job(experiment: str, curve: TheoryCurve, params: dict, settings: DictConfig) -> TheoryJob:
+    """The job of one curve at one parameter point, its key a hash of the curve, the parameters, the
+    settings the curve uses and THEORY_VERSION."""
+    blob = json.dumps({"curve": curve.name, "params": params, "settings": curve.settings(settings),
+                       "version": THEORY_VERSION}, sort_keys=True, default=str)
+    return TheoryJob(experiment, curve, params, hashlib.sha256(blob.encode()).hexdigest()[:16])
 
 
 def _gather(points: list[dict | None], key: str) -> list[dict]:
@@ -196,7 +202,11 @@ def run(settings: DictConfig, log=print) -> dict[str, int]:
 def load(outputs: str | Path, experiment: str, settings: DictConfig) -> tuple[pd.DataFrame, dict]:
     """(rows of the expected theory jobs' complete records, status {expected, complete, failed,
     missing, corrupt}). Rows: the curve's columns, its parameters, ``curve``, ``key``, ``source``."""
-    todo = jobs(experiment, settings)
+    return load_jobs(outputs, jobs(experiment, settings))
+
+
+def load_jobs(outputs: str | Path, todo: list[TheoryJob]) -> tuple[pd.DataFrame, dict]:
+    """The rows and status of these jobs' records (see load)."""
     status = {"expected": len(todo), "complete": 0, "failed": [], "missing": [], "corrupt": []}
     parts = []
     for job in todo:
