@@ -18,9 +18,10 @@ over a leading replica axis, and classifies every replica as
   "fit"        F(S)/n <= fit_tol at the current iterate S (a PSD matrix that fits exactly, up to
                the project's threshold "residual per sample below 1e-12");
   "no_fit"     a *certified* lower bound D <= P* (a dual-feasible point, see below) has
-               D/n > fit_tol, so no PSD S fits, and the relative duality gap
-               (F(S) - D) / F(S) <= gap_tol, so F(S)/n is the minimum to that accuracy;
-  "undecided"  neither happened within max_iter iterations (never guessed).
+               D/n > fit_tol, so no PSD S fits. The solve goes on until the relative duality gap
+               (F(S) - D) / F(S) <= gap_tol, so that F(S)/n is the minimum to that accuracy, or
+               max_iter: then the minimum is only bracketed in [D/n, F/n] (the record's gap says which);
+  "undecided"  neither a fit nor a certificate within max_iter iterations (never guessed).
 
 Dual bound
 ----------
@@ -461,7 +462,9 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
             finish(done_nf, "no_fit", k)
         keep = ~(fit | done_nf)
     if idx.numel():
-        finish(torch.ones(idx.numel(), dtype=torch.bool, device=dev), "undecided", k)
+        certified = best_dual / n > fit_tol  # no fit proved, the minimum only bracketed in [D/n, F/n]
+        finish(certified, "no_fit", k)
+        finish(~certified, "undecided", k)
 
     A_out = logit_differences(X, S_out)
     res = A_out - t
