@@ -53,10 +53,12 @@ def main(argv=None) -> int:
         return 1
     pd.set_option("display.width", 200)
     print(dev.sort_values(["metric", "d", "model.lam", "task.alpha"]).to_string(index=False))
-    for (metric, d), g in dev.groupby(["metric", "d"]):
-        a = g["dev"].abs()
-        print(f"{SE_METRICS[metric]}, d = {d:g}: {len(a)} points, median |relative deviation| {a.median():.2%}, "
-              f"largest {a.max():.2%}; unconverged seeds left out: {int(g['left_out'].sum())}")
+    for by in (["metric", "d"], ["metric", "d", "model.lam"]):
+        for key, g in dev.groupby(by):
+            a = g["dev"].abs()
+            where = ", ".join(f"{k} = {v:g}" for k, v in zip(by[1:], key[1:]))
+            print(f"{SE_METRICS[key[0]]}, {where}: {len(a)} points, median |relative deviation| {a.median():.2%}, "
+                  f"largest {a.max():.2%}; unconverged seeds left out: {int(g['left_out'].sum())}")
     return 0
 
 

@@ -188,13 +188,14 @@ def test_theory_rows_are_drawn_as_lines(fake_tied_outputs):
     table = pd.read_parquet(fake_tied_outputs / "results" / "tied_error_vs_alpha.parquet")
     sim_claims = figures_tied.error_vs_alpha_claims(table)
     theory = table.drop_duplicates(["task.Delta", "model.lam", "task.alpha"]).assign(
-        source="theory", key=None, replica=None, seed=None, test_error=1.0, estimation_error=1.0)
+        source="theory", curve=None, key=None, replica=None, seed=None, test_error=1.0, estimation_error=1.0)
     both = pd.concat([table, theory], ignore_index=True)
     fig = figures_tied.error_vs_alpha_plot(both)
     labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
     assert any(label.endswith("(theory)") for label in labels)
-    assert [c.measured for c in figures_tied.error_vs_alpha_claims(both)] == pytest.approx(
-        [c.measured for c in sim_claims], nan_ok=True)
+    got = figures_tied.error_vs_alpha_claims(both)
+    assert [c.claim for c in got] == [c.claim for c in sim_claims]
+    assert [c.measured for c in got] == pytest.approx([c.measured for c in sim_claims], nan_ok=True)
 
 
 def test_empty_tables_give_claims_that_do_not_hold():

@@ -75,15 +75,16 @@ def write_table(df: pd.DataFrame, path: Path) -> None:
 
 
 def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = None,
-              log=print) -> dict:
+              log=print, all_records: bool = False) -> dict:
     """Build and save the table of every selected figure; returns the status written.
-    A bad record is listed in the status, a figure whose table fails gets an error entry."""
+    A bad record is listed in the status, a figure whose table fails gets an error entry.
+    all_records: use every complete record, not only those of the profile's grid."""
     outputs = Path(outputs)
     selected = specs(names)
     data: dict[str, ExperimentData] = {}
     settings = None
     for exp in sorted({s for spec in selected for s in spec.sources}):
-        data[exp] = load_experiment(outputs, exp, profile)
+        data[exp] = load_experiment(outputs, exp, profile, all_records)
         if exp in theory_experiments():
             try:
                 settings = settings or theory_settings(profile)

@@ -179,7 +179,10 @@ def error_vs_alpha_plot(table: pd.DataFrame):
             c.axhline(RECOVERY_LEVEL, color="0.4", ls=":", lw=0.8)
         if np.isfinite(star):
             c.axvline(star, color="0.3", ls="--", lw=0.8, label=f"λ = 0 below {RECOVERY_LEVEL:g} at α = {star:.3g}")
-            c.legend(fontsize=6)
+        for ax in (b, c):  # one legend per row, beside the panels; the markers of a and b, c agree
+            if ax.get_legend():
+                ax.get_legend().remove()
+        a.legend(fontsize=5, loc="upper left", bbox_to_anchor=(-0.55, 1.0))
     return fig
 
 
@@ -260,7 +263,7 @@ def se_deviations(table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for metric in SE_METRICS:
         s = summary(ok, keys, metric)
-        s = s[s["n"] >= 2]
+        s = s[s["n"] >= 2]  # a point with fewer than two converged seeds is left out: see left_out_points
         s["d"] = summary(ok, keys, "task.d")["mean"]
         merged = s.merge(th[[*keys, metric]].rename(columns={metric: "theory"}), on=keys, how="inner")
         merged = merged.rename(columns={"mean": "sim"}).merge(left, on=keys, how="left")
@@ -301,14 +304,31 @@ def state_evolution_claims(table: pd.DataFrame) -> list[Claim]:
     return out
 
 
+def left_out_points(table: pd.DataFrame) -> tuple[int, int]:
+    """(grid points with a valid, converged theory value but fewer than two converged seeds, their
+    unconverged seeds): what the state-evolution claims leave out entirely."""
+    sim, th = series.simulation(table), _theory_se(table)
+    keys = ["model.kappa", "task.Delta", "model.lam", "task.alpha"]
+    if sim.empty or th.empty:
+        return 0, 0
+    pts = sim.merge(th[keys].drop_duplicates(), on=keys)
+    conv = pts[series.CONVERGED].astype("boolean").fillna(True).astype(bool) if series.CONVERGED in pts else True
+    g = pts.assign(ok=conv).groupby(keys)["ok"].agg(["sum", "count"])
+    dropped = g[g["sum"] < 2]
+    return len(dropped), int((dropped["count"] - dropped["sum"]).sum())
+
+
 def _left_out_claims(table: pd.DataFrame, dev: pd.DataFrame) -> list[Claim]:
-    """The median deviation per d, saying what was left out (theory points, unconverged seeds)."""
+    """The median deviation per d, saying what was left out (theory points, unconverged seeds, points
+    without two converged seeds)."""
     th = series.theory(table)
     th = th[(th["curve"] == SE_CURVE) & (th["model.lam"] > 0)] if "curve" in th else th
     conv = th["converged"].astype(bool) if len(th) else th
     left_out = (f"theory points left out: {int((~conv).sum())} not converged (reasons in the records), "
                 f"{int((conv & ~th['valid'].astype('boolean').fillna(False).astype(bool)).sum())} outside "
                 "κ >= 1 - F_δ(ε)") if len(th) else "no theory"
+    n_pts, n_seeds = left_out_points(table)
+    left_out += f"; points without two converged seeds left out: {n_pts} ({n_seeds} unconverged seeds)"
     out = []
     for d, g in dev.groupby("d", sort=True):
         for metric, name in SE_METRICS.items():
@@ -321,52 +341,45 @@ def _left_out_claims(table: pd.DataFrame, dev: pd.DataFrame) -> list[Claim]:
     return out
 
 
-def _argmax(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-    """(x, index) of the largest y (NaN, -1 when there is none)."""
-    ok = np.isfinite(y)
-    if not ok.any():
-        return NAN, -1
-    i = int(np.nanargmax(np.where(ok, y, -np.inf)))
-    return float(x[i]), i
-
-
 def peak_claims(table: pd.DataFrame) -> list[Claim]:
-    """At every lambda <= PEAK_LAMBDA of the wide student (kappa = 1): the alpha where the simulated
-    test error (converged seeds' means) peaks, against the alpha where the state evolution at the same
-    lambda peaks on the same alpha grid (holds when they are at most one grid step apart); and the
-    cross-validated lambda lowering the test error at the peak."""
+    """At every lambda <= PEAK_LAMBDA of the wide student (kappa = 1): the alpha of the interior maximum of
+    the simulated test error (converged seeds' means, on the simulations' alpha grid) against that of the
+    state evolution at the same lambda (on its own, wider grid: conf/theory.yaml extra_alpha); holds when
+    they are at most one simulation grid step apart. No claim where the theory has no interior maximum.
+    And the cross-validated lambda lowering the test error at the peak of the smallest lambda."""
     out, sim, th = [], series.converged(series.simulation(table)), _theory_se(table)
     wide = at(sim, model_kappa=1.0)
     for (delta, lam), t in wide[wide["model.lam"] <= PEAK_LAMBDA].groupby(["task.Delta", "model.lam"], sort=True):
-        x, y = seed_means(t, "task.alpha", "test_error")
-        peak, i = _argmax(x, y)
         ct = at(th, model_kappa=1.0, task_Delta=delta, model_lam=lam).sort_values("task.alpha")
         tx, ty = ct["task.alpha"].to_numpy(float), ct["test_error"].to_numpy(float)
-        t_peak, _ = _argmax(tx, ty)
-        steps = np.searchsorted(x, [peak, t_peak]) if np.isfinite(peak) and np.isfinite(t_peak) else [0, 99]
-        lo, hi = boot_ci(t, lambda df: _argmax(*seed_means(df, "task.alpha", "test_error"))[0])
+        t_peak, j = _interior_peak(tx, ty)
+        if j < 0:
+            continue
+        x, y = seed_means(t, "task.alpha", "test_error")
+        peak, i = _interior_peak(x, y)
+        step = float(max(x[i] - x[i - 1], x[i + 1] - x[i])) if i > 0 else NAN
+        lo, hi = boot_ci(t, lambda df: _interior_peak(*seed_means(df, "task.alpha", "test_error"))[0])
         d = ", ".join(f"{v:g}" for v in series.levels(t, "task.d"))
-        out.append(judge(ERROR_VS_ALPHA, f"κ = 1, Δ = {delta:g}, λ = {lam:g}, d = {d}: the test error peaks at the α "
-                                         "where the state evolution at the same λ peaks, within one step of the α grid "
-                                         "(measured: α of the simulated peak)", peak,
-                         lambda v, s=steps: abs(int(s[0]) - int(s[1])) <= 1,
-                         f"{interval(lo, hi, '95% seed-bootstrap CI')}",
+        out.append(judge(ERROR_VS_ALPHA, f"κ = 1, Δ = {delta:g}, λ = {lam:g}, d = {d}: the test error peaks (interior "
+                                         "maximum over α) where the state evolution at the same λ peaks, within one "
+                                         "step of the simulations' α grid (measured: α of the simulated peak)", peak,
+                         lambda v, s=step, tp=t_peak: abs(v - tp) <= s,
+                         f"{interval(lo, hi, '95% seed-bootstrap CI')}; grid step {fmt(step)}",
                          f"theory peak at α = {fmt(t_peak)}; test error seed means: {listing(x, y)}; theory: "
                          f"{listing(tx, ty)}"))
-    if wide.empty:
-        return out
-    delta = float(wide["task.Delta"].median())
-    smallest = float(wide["model.lam"].min())
-    x, y = seed_means(at(wide, model_lam=smallest), "task.alpha", "test_error")
-    peak, _ = _argmax(x, y)
-    cv = cross_validation.select(at(series.simulation(table), model_kappa=1.0), ["task.alpha"])
-    at_peak = at(cv, task_alpha=peak) if np.isfinite(peak) else cv.iloc[0:0]
-    base = at(wide, model_lam=smallest, task_alpha=peak)["test_error"] if np.isfinite(peak) else []
-    gain, se = difference(base, at_peak["test_error"])
-    out.append(judge(ERROR_VS_ALPHA, f"κ = 1, Δ = {delta:g}: at the peak α of the smallest λ = {smallest:g} the "
-                                     "cross-validated λ lowers the test error", gain, lambda v: v > 0,
-                     f"± {fmt(se)} (s.e.); λ = {smallest:g} minus CV λ",
-                     "selected λ per seed: " + ", ".join(f"{v:g}" for v in at_peak["model.lam"])))
+    for delta, w in wide.groupby("task.Delta", sort=True):
+        smallest = float(w["model.lam"].min())
+        x, y = seed_means(at(w, model_lam=smallest), "task.alpha", "test_error")
+        peak, i = _interior_peak(x, y)
+        if i < 0:
+            continue
+        cv = cross_validation.select(w, ["task.alpha"])
+        at_peak = at(cv, task_alpha=peak)
+        gain, se = difference(at(w, model_lam=smallest, task_alpha=peak)["test_error"], at_peak["test_error"])
+        out.append(judge(ERROR_VS_ALPHA, f"κ = 1, Δ = {delta:g}: at the peak α = {peak:g} of the smallest λ = "
+                                         f"{smallest:g} the cross-validated λ lowers the test error (converged seeds)",
+                         gain, lambda v: v > 0, f"± {fmt(se)} (s.e.); λ = {smallest:g} minus CV λ",
+                         "selected λ per seed: " + ", ".join(f"{v:g}" for v in at_peak["model.lam"])))
     return out
 
 
@@ -812,7 +825,11 @@ def decomposition_table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
         return df
     d = int(pd.to_numeric(df["task.d"]).median())
     out = []
-    for _, r in se[se["converged"].astype(bool) & se["valid"].astype(bool)].iterrows():
+    # lambda > 0 only: the lambda -> 0+ limit is the minimum-nuclear-norm interpolator, which the lambda = 0
+    # runs (not unique there; Adam's implicit bias picks one) are not
+    valid = se["valid"].astype("boolean").fillna(False).astype(bool)
+    keep = se["converged"].astype(bool) & valid & (se["model.lam"] > 0)
+    for _, r in se[keep].iterrows():
         terms = effective_estimator.decomposition(d, r["eta"], r["delta"], r["eps"], r["task.target"],
                                                   r["task.kappa0"])
         out.append({"task.Delta": r["task.Delta"], "model.lam": r["model.lam"], "task.alpha": r["task.alpha"],
@@ -904,8 +921,8 @@ TERMS_LEVEL, TERMS_FLOOR = 0.2, 1e-3  # theory vs simulation: median |relative d
 
 
 def _decomposition_theory_claims(table: pd.DataFrame) -> list[Claim]:
-    """Per (Delta, lambda) with theory: the terms of S_eff against the simulated terms."""
-    out, sim, th = [], series.simulation(table), series.theory(table)
+    """Per (Delta, lambda) with theory: the terms of S_eff against the simulated terms (converged seeds)."""
+    out, sim, th = [], series.converged(series.simulation(table)), series.theory(table)
     for (delta, lam), g in (th.groupby(["task.Delta", "model.lam"], sort=True) if not th.empty else []):
         s = at(sim, task_Delta=delta, model_lam=lam)
         devs, listed = [], []
@@ -913,15 +930,17 @@ def _decomposition_theory_claims(table: pd.DataFrame) -> list[Claim]:
             x, m = seed_means(s, "task.alpha", term)
             theory = np.interp(x, g.sort_values("task.alpha")["task.alpha"], g.sort_values("task.alpha")[term],
                                left=np.nan, right=np.nan)
-            ok = np.isfinite(theory) & (np.maximum(np.abs(theory), np.abs(m)) > TERMS_FLOOR)
+            ok = np.isfinite(theory) & (np.abs(theory) > 0) & (np.maximum(np.abs(theory), np.abs(m)) > TERMS_FLOOR)
             d = (m[ok] - theory[ok]) / theory[ok]
             devs += list(d)
             listed.append(f"{term}: median {fmt(float(np.median(np.abs(d))) if d.size else NAN)}")
-        med = float(np.median(np.abs(devs))) if devs else NAN
+        if not devs:  # no seed converged at this lambda: nothing to compare (the seeds are drawn hollow)
+            continue
+        med = float(np.median(np.abs(devs)))
         out.append(judge(DECOMPOSITION, f"Δ = {delta:g}, λ = {lam:g}: the four terms of η ReLU(S0 + δZ - εI) with "
                                         "(η, δ, ε) of the ERM state evolution match the simulated terms (measured: "
                                         f"median |relative deviation| over α and terms > {TERMS_FLOOR:g}; holds "
-                                        f"<= {TERMS_LEVEL:.0%})", med, lambda v: v <= TERMS_LEVEL,
+                                        f"<= {TERMS_LEVEL:.0%}; converged seeds)", med, lambda v: v <= TERMS_LEVEL,
                          f"{len(devs)} values", "; ".join(listed)))
     return out
 

@@ -181,15 +181,18 @@ def _check_key(path: Path, rec: dict | CorruptRecord) -> dict | CorruptRecord:
     return rec
 
 
-def load_experiment(outputs: str | Path, experiment: str, profile: str) -> ExperimentData:
+def load_experiment(outputs: str | Path, experiment: str, profile: str, all_records: bool = False) -> ExperimentData:
     """Frames of the experiment's complete records in the profile's grid, and its status:
 
     status = {experiment, profile, grid, expected, complete, failed: [{key, overrides, reason}],
     corrupt: [{key, path, error}], missing: [{key, overrides}], other (records of the
     experiment not in this profile's grid: ignored), grid_error, example_config}.
-    When the grid cannot be expanded (grid_error), every complete record is used.
+    When the grid cannot be expanded (grid_error), or with all_records (runs made with your own
+    overrides), every complete record is used.
     """
     jobs, grid_spec, grid_error = expected(experiment, profile, str(outputs))
+    if all_records:
+        jobs = None
     want = None if jobs is None else {key: ov for ov, key in jobs}
     scanned = {path.parent.name: (path, _check_key(path, rec)) for path, rec in scan(outputs, experiment)}
     order = list(want) if want is not None else sorted(scanned)  # lists follow the grid's order

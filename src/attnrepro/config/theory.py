@@ -32,6 +32,9 @@ class StateEvolutionSettings:
     tol: float = 1e-6
     max_evals: int = 40
     nodes: int = 200
+    # alphas beyond the experiment's grid for its curves at lambda <= 0.01 (the peak of the test error)
+    extra_alpha: Dict[str, List[float]] = field(
+        default_factory=lambda: {"tied_interpolation_peak": [0.22, 0.26, 0.28, 0.3, 0.34]})
 
 
 @dataclass

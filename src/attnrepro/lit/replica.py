@@ -13,8 +13,11 @@ of that replica, L_0 its objective at the first step; scale-free, so one
 tolerance serves every n and d, and finite where L -> 0) is at most
 ``tol_grad``; it *stalled* when the relative change of its objective since the
 previous log is below ``tol``. Training stops once every replica has converged
-or stalled; with tol = tol_grad = 0 it runs all steps. runs.fit records, per
-seed, the final relative gradient and whether it meets tol_grad.
+or stalled; with tol = tol_grad = 0 it runs all steps. (The check at a logged
+step pairs that step's gradient, taken before the optimiser moved, with the
+parameters after it: it only decides when to stop.) runs.fit records, per seed,
+the relative gradient recomputed at the final parameters and whether it meets
+tol_grad.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..theory.curves import CURVES, TheoryCurve, curves_of, theory_experiments
 from .records import SCHEMA, CorruptRecord, is_complete, read_record, write_record
 
-THEORY_VERSION = 2  # bump when a theory module changes its numbers: every curve is computed again
+THEORY_VERSION = 3  # bump when a theory module changes its numbers: every curve is computed again
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def jobs(experiment: str, settings: DictConfig) -> list[TheoryJob]:
     out = []
     for curve in curves_of(experiment):
         wanted = [curve.params(p) for p in grid_points(experiment, settings.profile.name, curve.keys)]
-        wanted += [q for p in wanted if p is not None for q in curve.also(p)]
+        wanted += [q for p in wanted if p is not None for q in curve.also(p, experiment, settings)]
         if curve.sweep:
             wanted = _gather(wanted, curve.sweep)
         wanted += curve.extra(settings)
@@ -97,10 +97,15 @@ def jobs(experiment: str, settings: DictConfig) -> list[TheoryJob]:
     return out
 
 
+def _curve_settings(curve: TheoryCurve, settings: DictConfig) -> dict:
+    """The settings a curve uses, as plain JSON-able values."""
+    return {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in curve.settings(settings).items()}
+
+
 def make_job(experiment: str, curve: TheoryCurve, params: dict, settings: DictConfig) -> TheoryJob:
     """The job of one curve at one parameter point, its key a hash of the curve, the parameters, the
     settings the curve uses and THEORY_VERSION."""
-    blob = json.dumps({"curve": curve.name, "params": params, "settings": curve.settings(settings),
+    blob = json.dumps({"curve": curve.name, "params": params, "settings": _curve_settings(curve, settings),
                        "version": THEORY_VERSION}, sort_keys=True, default=str)
     return TheoryJob(experiment, curve, params, hashlib.sha256(blob.encode()).hexdigest()[:16])
 
@@ -134,7 +139,7 @@ def _compute(curve: TheoryCurve | str, params: dict, key: str, settings: DictCon
     if isinstance(curve, str):
         curve = next(c for c in CURVES if c.name == curve)
     record = {"schema": SCHEMA, "key": key, "curve": curve.name, "status": "running", "config": params,
-              "settings": curve.settings(settings), "version": THEORY_VERSION}
+              "settings": _curve_settings(curve, settings), "version": THEORY_VERSION}
     t0 = time.perf_counter()
     try:
         columns = curve.compute(params, settings)

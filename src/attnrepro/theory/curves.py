@@ -32,7 +32,8 @@ class TheoryCurve:
     settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
     extra: Callable[[object], list[dict]] = lambda s: []
     sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
-    also: Callable[[dict], list[dict]] = lambda params: []  # more parameter points derived from each one
+    # more parameter points derived from each one: also(params, experiment, settings)
+    also: Callable[[dict, str, object], list[dict]] = lambda params, experiment, settings: []
 
 
 TASK = ("task.target", "task.d", "task.kappa0", "task.gamma", "task.T", "task.Delta")
@@ -197,8 +198,15 @@ STATE_EVOLUTION = TheoryCurve(
     name="erm_state_evolution", experiments=("tied_error_vs_alpha", "tied_interpolation_peak", "tied_spectra"),
     keys=(*TASK, "task.beta0", "task.output", "task.alpha", "model.param", "model.kappa", "model.beta", "model.lam"),
     params=_se_params, compute=_se_compute, settings=_se_settings, sweep="task.alpha",
-    # the Wishart curves (the interpolation figures) get their lambda -> 0+ limit too
-    also=lambda p: [{**p, "model.lam": 0.0}] if p["task.target"] == "wishart" else [])
+    also=lambda p, experiment, settings: _se_also(p, experiment, settings))
+
+
+def _se_also(p: dict, experiment: str, settings) -> list[dict]:
+    """The Wishart curves (the interpolation figures) get their lambda -> 0+ limit too, and the curves at
+    lambda <= 0.01 the settings' extra alphas of the experiment (where the peak of the test error lies)."""
+    out = [{**p, "model.lam": 0.0}] if p["task.target"] == "wishart" else []
+    extra = settings.state_evolution.extra_alpha.get(experiment, []) if p["model.lam"] <= 0.01 else []
+    return out + [{**q, "task.alpha": float(a)} for q in [p, *out] for a in extra]
 
 
 CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT)

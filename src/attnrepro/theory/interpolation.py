@@ -6,7 +6,8 @@
 with J over the full spectrum of S0 (S0 is not centred: the trace subtraction in h does not
 remove its mean direction). The learned S then has rank fraction 1 - F_dbar(0); the formula
 holds for students of width kappa >= 1 - F_dbar(0). With S0 = 0 and Delta > 0 there is no
-solution (alpha_interp -> 1/(2(T^2 + T - 2)) as Q0 -> 0).
+solution (alpha_interp -> 1/(2(T^2 + T - 2)) as Q0 -> 0). With Delta = 0, dbar -> 0+ (S0 itself is the
+exact fit above the threshold) and alpha_interp is the limit of dJ/ddelta(delta, 0)/(2 delta (T^2 + T - 2)).
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ def interpolation_threshold(law: SpectralLaw, T: int, Delta: float, delta_max: f
         raise ValueError("the threshold needs T >= 2 (T^2 + T - 2 > 0)")
     lo, hi = 1e-4, delta_max
     g_lo, g_hi = _gap(law, lo, Delta), _gap(law, hi, Delta)
+    if Delta == 0 and g_hi > 0:
+        # noiseless labels: the gap is positive for every delta > 0 and tends to 0 with it (up to the
+        # quadrature's rounding), so dbar -> 0+: the threshold is the nuclear-norm recovery threshold
+        # lim_{delta -> 0} D(delta, 0)/(T^2 + T - 2), taken at delta = 1e-4 (within 1e-5 of the limit)
+        small = 1e-4
+        fc = FreeConvolution(law, small)
+        return InterpolationThreshold(alpha=float(fc.dJ_ddelta(0.0) / (2 * small * (T * T + T - 2))), delta=0.0,
+                                      rank=float(1 - fc.cdf(0.0)), residual=abs(_gap(law, small, Delta)))
     if g_lo * g_hi > 0:
         raise ValueError(f"no dbar in [{lo:g}, {hi:g}] solves Q0 + Delta/2 = J - (dbar/2) dJ/ddelta "
                          f"(gaps {g_lo:.3g}, {g_hi:.3g}; S0 = 0 with Delta > 0 has none)")

@@ -333,7 +333,7 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
         t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
         try:
             if lam == 0:
-                row = _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold)
+                row = _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw)
             else:
                 fmap = FixedPointMap(law, channel, alpha, lam, kappa, kw.get("nodes", 200))
                 inits = [fmap.from_y(y) for y in (_extrapolated(solved, alpha), solved[-1][1] if solved else None)
@@ -355,7 +355,7 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
     return rows
 
 
-def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold) -> dict:
+def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw) -> dict:
     """One lambda -> 0+ row (see state_evolution_curve)."""
     nan = float("nan")
     base = dict(alpha=alpha, lam=0.0, Sigma=nan, Sigma_hat=nan, m_hat=nan, q_hat=nan, eta=ratio, iterations=0,
@@ -363,14 +363,14 @@ def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold) -> dict:
     if isinstance(threshold, Exception):
         raise ValueError(f"no interpolation threshold: {threshold}")
     if alpha < threshold.alpha:
-        lim = interpolating_limit(law, T, Delta, alpha, ratio)
+        lim = interpolating_limit(law, T, Delta, alpha, ratio, nodes=kw.get("nodes", 400))
         return {**base, "m": lim.m, "q": lim.q, "delta": lim.delta, "eps": lim.eps,
                 "estimation_error": law.Q0 - 2 * lim.m + lim.q, "train_loss": 0.0,
                 "test_error": channel.test_error(lim.m, lim.q), "rank": lim.rank, "valid": bool(kappa >= lim.rank),
                 "residual": lim.residual, "method": "interpolating_limit"}
     if getattr(channel, "finite_at_zero_lambda", False):  # a quadratic loss: Sigma stays finite at lambda = 0
-        start = _continued_path(law, channel, alpha, 1e-8, kappa)[0]
-        p = solve(law, channel, alpha, 0.0, kappa, init=(start.Sigma, start.m, start.q))[0]
+        start = _continued_path(law, channel, alpha, 1e-8, kappa, **kw)[0]
+        p = solve(law, channel, alpha, 0.0, kappa, init=(start.Sigma, start.m, start.q), **kw)[0]
         return {**p.row(), "method": "lambda_zero"}
     if Delta == 0:  # the exact fit is S0 itself: perfect recovery, S = r S0
         rank = 1.0 - sum(w for t, w in law.atoms if t == 0)
