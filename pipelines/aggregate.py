@@ -10,8 +10,8 @@ figure's table itself could not be built.
 import argparse
 import sys
 
-from attnrepro.analysis.aggregate import aggregate, default_outputs
-from attnrepro.analysis.figure_spec import specs
+from attnrepro.report.aggregate import aggregate, default_outputs
+from attnrepro.report.figure_spec import specs
 
 
 def main(argv=None) -> int:

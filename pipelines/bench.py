@@ -61,10 +61,10 @@ def _median_time(fn, repeat: int) -> float:
 def pipeline_job(overrides: list[str]):
     """Run one job through the pipeline (compose, run_job) in a temp outputs dir:
     (its config, wall seconds, its record)."""
-    from attnrepro.runs.grid import compose
-    from attnrepro.runs.job import run_job
-    from attnrepro.runs.keys import job_key
-    from attnrepro.runs.records import read_record, record_path
+    from attnrepro.jobs.grid import compose
+    from attnrepro.jobs.job import run_job
+    from attnrepro.jobs.keys import job_key
+    from attnrepro.jobs.records import read_record, record_path
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([*overrides, f"paths.outputs={tmp}"])
@@ -82,8 +82,8 @@ def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
                                     f"n_seeds={n_seeds}"])
 
     from attnrepro.config import validate
-    from attnrepro.problems.sparse_xor import build
-    from attnrepro.tasks.seeding import replica_generators
+    from attnrepro.papers.sparse_xor.problem import build
+    from attnrepro.seeding import replica_generators
 
     obj = validate(cfg)
     problem, derived = build(obj.task, obj.model, obj.train, replica_generators(0, n_seeds))
@@ -106,8 +106,8 @@ def _plain_loop(obj, seed: int, n_seeds: int) -> float:
     the metrics every log_every steps as the pipeline does."""
     import torch
 
-    from attnrepro.problems.tied_attention import build
-    from attnrepro.tasks.seeding import replica_generators
+    from attnrepro.papers.tied_attention.problem import build
+    from attnrepro.seeding import replica_generators
 
     problem, derived = build(obj.task, obj.model, obj.train, replica_generators(seed, n_seeds))
     opt = torch.optim.Adam(problem.parameters(), lr=derived["eta"])
@@ -184,7 +184,7 @@ def case_theory_J(n: int = 10) -> dict:
 def case_theory_se() -> dict:
     import torch
 
-    from attnrepro.runs import theory_runs
+    from attnrepro.jobs import theory as theory_runs
     from attnrepro.theory.gaussian_rules import sobol
     from attnrepro.theory.output_channel import SoftmaxChannel
     from attnrepro.theory.spectral_laws import MarchenkoPastur

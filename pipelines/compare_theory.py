@@ -14,12 +14,12 @@ import sys
 
 import pandas as pd
 
-from attnrepro.analysis import series
-from attnrepro.analysis.figures_tied import CONFIG, ID, METRICS, SE_METRICS, se_deviations
-from attnrepro.analysis.tables import frames
-from attnrepro.runs import theory_runs
-from attnrepro.runs.records import CorruptRecord, scan
-from attnrepro.theory import curves
+from attnrepro.jobs import theory as theory_runs
+from attnrepro.jobs.records import CorruptRecord, scan
+from attnrepro.papers.tied_attention import theory_curves as curves
+from attnrepro.papers.tied_attention.figures import CONFIG, ID, METRICS, SE_METRICS, se_deviations
+from attnrepro.report import series
+from attnrepro.report.tables import frames
 
 
 def main(argv=None) -> int:

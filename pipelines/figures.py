@@ -11,9 +11,9 @@ status 1 when a figure or its claims could not be computed (the report still lis
 import argparse
 import sys
 
-from attnrepro.analysis.aggregate import default_outputs, read_status
-from attnrepro.analysis.figure_spec import specs
-from attnrepro.analysis.report import build_report
+from attnrepro.report.aggregate import default_outputs, read_status
+from attnrepro.report.figure_spec import specs
+from attnrepro.report.html import build_report
 
 
 def main(argv=None) -> int:
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     report = build_report(args.outputs, args.figures)
     print(report.summary())
     if args.wandb:
-        from attnrepro.runs.tracking import log_report
+        from attnrepro.jobs.tracking import log_report
 
         pngs = {r.spec.name: f"{args.outputs}/figures/{r.spec.name}.png" for r in report.rendered}
         folder = log_report(args.outputs, pngs, report.claims, group=f"report-{aggregated or 'any'}")

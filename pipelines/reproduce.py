@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnrepro.runs.grid import experiments  # noqa: E402
+from attnrepro.jobs.grid import experiments  # noqa: E402
 
 
 def run(cmd: list[str]) -> int:
@@ -49,7 +49,7 @@ def main() -> int:
               f"{time.perf_counter() - t:.1f}s (total {time.perf_counter() - start:.1f}s) ===", flush=True)
         if rc != 0:
             failed_sweeps.append(name)
-    from attnrepro.theory.curves import theory_experiments
+    from attnrepro.jobs.theory import theory_experiments
 
     with_theory = [n for n in names if n in theory_experiments()]
     rc_theory = 0
@@ -58,7 +58,7 @@ def main() -> int:
         rc_theory = run(["pipelines/theory.py", f"profile={args.profile}", f"experiments=[{','.join(with_theory)}]"])
     figures = []
     if args.only:  # the figures whose every source was swept
-        from attnrepro.analysis.figure_spec import specs
+        from attnrepro.report.figure_spec import specs
 
         figures = ["--figures", *(s.name for s in specs() if set(s.sources) <= set(names))]
     print("\n=== aggregate ===", flush=True)

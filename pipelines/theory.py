@@ -21,7 +21,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="theory")
 def main(cfg: DictConfig) -> None:
-    from attnrepro.runs.theory_runs import run
+    from attnrepro.jobs.theory import run
 
     counts = run(cfg)
     print(f"theory: {counts['complete']} computed, {counts['skipped']} cached, {counts['failed']} failed")

@@ -14,7 +14,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> str:
-    from attnrepro.runs.job import run_job
+    from attnrepro.jobs.job import run_job
 
     return run_job(cfg)["status"]
 

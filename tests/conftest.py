@@ -1,7 +1,7 @@
 import pytest
 
 from attnrepro.config import validate
-from attnrepro.runs.grid import compose
+from attnrepro.jobs.grid import compose
 
 
 @pytest.fixture

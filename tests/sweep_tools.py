@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from attnrepro.runs.records import CorruptRecord, scan
+from attnrepro.jobs.records import CorruptRecord, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "pipelines" / "train.py"
@@ -19,7 +19,7 @@ TRAIN = ROOT / "pipelines" / "train.py"
 # so that a test can kill a sweep between its first record and its last.
 SLOW_TRAIN = """
 import runpy, sys, time
-import attnrepro.runs.fit as fit_module
+import attnrepro.jobs.fit as fit_module
 delay, real_fit = float(sys.argv[1]), fit_module.fit
 def slow_fit(*args, **kwargs):
     time.sleep(delay)

@@ -7,14 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnrepro.analysis import fits, summaries, tables
-from attnrepro.analysis.aggregate import aggregate, read_status, table_path
-from attnrepro.analysis.claims import judge
-from attnrepro.analysis.figure_spec import specs
-from attnrepro.analysis.report import build_report
-from attnrepro.runs.grid import compose, expected_jobs, grid_points
-from attnrepro.runs.keys import job_key, semantic_config
-from attnrepro.runs.records import SCHEMA, record_path, write_record
+from attnrepro.jobs.grid import compose, expected_jobs, grid_points
+from attnrepro.jobs.keys import job_key, semantic_config
+from attnrepro.jobs.records import SCHEMA, record_path, write_record
+from attnrepro.report import tables
+from attnrepro.report.aggregate import aggregate, read_status, table_path
+from attnrepro.report.claims import judge
+from attnrepro.report.figure_spec import specs
+from attnrepro.report.html import build_report
+from attnrepro.stats import fits, summaries
 
 PAPER_A = ["xor_one_step_attention", "xor_phase_dm", "xor_attention_variants", "xor_sample_complexity",
            "xor_params_vs_ffnn"]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnrepro.analysis.figure_spec import specs
-from attnrepro.runs.grid import expected_jobs, experiments
-from attnrepro.runs.records import read_record, record_path
+from attnrepro.jobs.grid import expected_jobs, experiments
+from attnrepro.jobs.records import read_record, record_path
+from attnrepro.report.figure_spec import specs
 
 ROOT = Path(__file__).resolve().parents[1]
 

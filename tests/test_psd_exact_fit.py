@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from attnrepro.problems import psd_exact_fit as pf
-from attnrepro.tasks.attention_indexed import preactivations
+from attnrepro.papers.tied_attention import exact_fit as pf
+from attnrepro.papers.tied_attention.task import preactivations
 
 torch.set_num_threads(1)
 

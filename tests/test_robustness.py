@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from attnrepro.runs.grid import expected_jobs
-from attnrepro.runs.records import CorruptRecord, scan
+from attnrepro.jobs.grid import expected_jobs
+from attnrepro.jobs.records import CorruptRecord, scan
 from sweep_tools import (
     ROOT,
     job_lines,
@@ -180,9 +180,9 @@ PAPER_B_CASES = [("model.kappa=0", "model.kappa"), ("task.T=1", "task.T")]
 def _paper_b_ready() -> str | None:
     """None when paper B's schemas and config files exist, else why the cases are skipped."""
     try:
-        importlib.import_module("attnrepro.config.tied")
+        importlib.import_module("attnrepro.papers.tied_attention.config")
     except Exception as e:
-        return f"attnrepro.config.tied (paper-B schemas) is not importable yet: {type(e).__name__}: {e}"
+        return f"papers.tied_attention.config (paper-B schemas) is not importable yet: {type(e).__name__}: {e}"
     missing = [f for f in ("conf/task/attention_indexed.yaml", "conf/model/tied_factorized.yaml")
                if not (ROOT / f).is_file()]
     return f"paper-B config files missing: {missing}" if missing else None

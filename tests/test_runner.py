@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from attnrepro.config import ConfigError
-from attnrepro.runs.fit import train
-from attnrepro.runs.grid import compose, experiments, grid_points
-from attnrepro.runs.job import run_job
-from attnrepro.runs.keys import job_key
-from attnrepro.runs.records import CorruptRecord, read_record, record_path
+from attnrepro.jobs.fit import train
+from attnrepro.jobs.grid import compose, experiments, grid_points
+from attnrepro.jobs.job import run_job
+from attnrepro.jobs.keys import job_key
+from attnrepro.jobs.records import CorruptRecord, read_record, record_path
 
 REPLICA_CASES = {
     "population GD, SGD": ["experiment=xor_attention_variants", "train.steps=15", "task.d=24"],
@@ -43,8 +43,8 @@ def test_every_experiment_config_composes_and_builds(experiment, profile):
     smoke and quick profiles they also build their problem (the paper profile's biggest problems
     cost memory, not information)."""
     from attnrepro.config import validate
-    from attnrepro.runs.fit import builder
-    from attnrepro.tasks.seeding import replica_generators
+    from attnrepro.jobs.fit import builder
+    from attnrepro.seeding import replica_generators
 
     points = grid_points(experiment, profile)
     assert points, "empty grid"
@@ -53,7 +53,7 @@ def test_every_experiment_config_composes_and_builds(experiment, profile):
         if profile == "paper":
             continue
         if obj.model.name == "psd_exact_fit":  # a convex problem, not trained: its data
-            from attnrepro.problems.tied_exact_fit import draw
+            from attnrepro.papers.tied_attention.exact_fit_problem import draw
 
             S0, X, t = draw(obj.task, replica_generators(0, 2))
             assert X.shape == (2, obj.task.n(), 2, obj.task.d) and t.shape == (2, obj.task.n(), 2)

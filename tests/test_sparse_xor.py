@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from attnrepro.models.xor_attention import TwoHeadXorAttention
-from attnrepro.tasks import sparse_xor as X
-from attnrepro.tasks.seeding import replica_generators
+from attnrepro.papers.sparse_xor import task as X
+from attnrepro.papers.sparse_xor.attention import TwoHeadXorAttention
+from attnrepro.seeding import replica_generators
 
 torch.set_default_dtype(torch.float64)
 

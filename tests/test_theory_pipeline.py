@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from attnrepro.runs import theory_runs
-from attnrepro.theory import curves
+from attnrepro.jobs import theory as theory_runs
+from attnrepro.papers.tied_attention import theory_curves as curves
 from sweep_tools import ROOT, train_env
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from attnrepro.config import ConfigError, DType, Optimizer, TrainConfig, validate
-from attnrepro.config.tied import AttentionIndexedTask, Output, Param, Target, TiedAttentionModel
-from attnrepro.problems.tied_attention import build
-from attnrepro.runs.grid import compose as grid_compose
-from attnrepro.tasks import attention_indexed as AI
-from attnrepro.tasks.seeding import replica_generators
+from attnrepro.jobs.grid import compose as grid_compose
+from attnrepro.papers.tied_attention import task as AI
+from attnrepro.papers.tied_attention.config import AttentionIndexedTask, Output, Param, Target, TiedAttentionModel
+from attnrepro.papers.tied_attention.problem import build
+from attnrepro.seeding import replica_generators
 
 F64 = torch.float64
 

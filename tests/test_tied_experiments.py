@@ -10,16 +10,17 @@ import pandas as pd
 import pytest
 import torch
 
-from attnrepro.analysis import cross_validation, figures_tied
-from attnrepro.analysis.aggregate import aggregate
-from attnrepro.analysis.figure_spec import specs
-from attnrepro.analysis.report import build_report
-from attnrepro.problems.tied_decomposition import TERMS, decompose
-from attnrepro.runs import theory_runs
-from attnrepro.runs.grid import compose, experiments, grid_points
-from attnrepro.runs.keys import job_key, semantic_config
-from attnrepro.runs.records import SCHEMA, record_path, write_record
-from attnrepro.tasks.attention_indexed import haar_orthogonal
+from attnrepro.jobs import theory as theory_runs
+from attnrepro.jobs.grid import compose, experiments, grid_points
+from attnrepro.jobs.keys import job_key, semantic_config
+from attnrepro.jobs.records import SCHEMA, record_path, write_record
+from attnrepro.papers.tied_attention import figures as figures_tied
+from attnrepro.papers.tied_attention.decomposition import TERMS, decompose
+from attnrepro.papers.tied_attention.task import haar_orthogonal
+from attnrepro.report.aggregate import aggregate
+from attnrepro.report.figure_spec import specs
+from attnrepro.report.html import build_report
+from attnrepro.stats import cross_validation
 
 FIGURES = ["tied_error_vs_alpha", "tied_factorized_vs_direct", "tied_spectra", "tied_scaling_laws",
            "tied_error_decomposition", "tied_bayes_gap"]

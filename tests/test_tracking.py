@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from attnrepro.runs import tracking
-from attnrepro.runs.job import run_job
-from attnrepro.runs.keys import job_key
-from attnrepro.runs.records import read_record, record_path
+from attnrepro.jobs import tracking
+from attnrepro.jobs.job import run_job
+from attnrepro.jobs.keys import job_key
+from attnrepro.jobs.records import read_record, record_path
 from sweep_tools import ROOT, run_train, valid_records, wandb_dirs
 
 SECRET = "dummy-secret-value-123"

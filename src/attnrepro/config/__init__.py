@@ -6,7 +6,7 @@ unknown key or a value of the wrong type at composition time, naming it.
 Value ranges (d >= 2, m >= 1, a positive step size ...) are checked by
 :func:`validate`, which every job and the grid sweeper call before any work.
 
-Each paper's schemas live in their own module (sparse_xor.py, ...), which
+Each paper's schemas live in its package (papers/<paper>/config.py), which
 exports SCHEMAS (group -> {name: dataclass}), checks(cfg, need) and RESOLVERS.
 """
 
@@ -23,10 +23,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from . import sparse_xor, tied
-from .theory import TheoryConfig
+from attnrepro.config.theory import TheoryConfig
+from attnrepro.papers import config_modules
 
-PAPERS = [sparse_xor, tied]
+PAPERS = config_modules()
 
 
 class Optimizer(str, Enum):

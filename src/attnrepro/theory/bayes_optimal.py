@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .free_convolution import FreeConvolution
-from .spectral_laws import SpectralLaw
+from attnrepro.theory.free_convolution import FreeConvolution
+from attnrepro.theory.spectral_laws import SpectralLaw
 
 
 def prior_mmse(law: SpectralLaw, qhat: float, nodes: int = 400) -> float:

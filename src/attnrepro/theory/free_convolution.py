@@ -36,7 +36,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .spectral_laws import SpectralLaw
+from attnrepro.theory.spectral_laws import SpectralLaw
 
 BISECTIONS = 56
 NODES = 400

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from scipy.optimize import brentq
 
-from .free_convolution import FreeConvolution
-from .spectral_laws import SpectralLaw
+from attnrepro.theory.free_convolution import FreeConvolution
+from attnrepro.theory.spectral_laws import SpectralLaw
 
 
 @dataclass(frozen=True)

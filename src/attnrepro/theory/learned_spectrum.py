@@ -24,8 +24,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import minimize
 
-from .free_convolution import FreeConvolution
-from .spectral_laws import SpectralLaw
+from attnrepro.theory.free_convolution import FreeConvolution
+from attnrepro.theory.spectral_laws import SpectralLaw
 
 FIT_NODES = 96   # nodes per support piece while fitting (spectral quadrature: ample for a fit)
 

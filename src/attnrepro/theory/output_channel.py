@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .gaussian_rules import GaussianRule
-from .softmax_prox import PROX_TOL, DifferenceCoordinates, ProxNotSolved, entries, prox, softmax_loss
+from attnrepro.theory.gaussian_rules import GaussianRule
+from attnrepro.theory.softmax_prox import PROX_TOL, DifferenceCoordinates, ProxNotSolved, entries, prox, softmax_loss
 
 CHUNK = 1 << 15        # nodes solved at once (memory: CHUNK x starts x n_u^2 doubles)
 SWITCH_WIDTH = 1e-3    # relative objective gap over which a node's derivatives move from one basin to the other

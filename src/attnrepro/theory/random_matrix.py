@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .spectral_laws import Atomic, MarchenkoPastur, SpectralLaw
+from attnrepro.theory.spectral_laws import Atomic, MarchenkoPastur, SpectralLaw
 
 
 def target_eigenvalues(law: SpectralLaw, N: int, rng: np.random.Generator) -> np.ndarray:

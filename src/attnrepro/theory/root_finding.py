@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .softmax_prox import ProxNotSolved
+from attnrepro.theory.softmax_prox import ProxNotSolved
 
 
 class NotConverged(RuntimeError):

@@ -38,12 +38,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .free_convolution import FreeConvolution
-from .interpolating_limit import interpolating_limit
-from .interpolation import interpolation_threshold
-from .root_finding import NotConverged, newton_root
-from .softmax_prox import ProxNotSolved
-from .spectral_laws import SpectralLaw
+from attnrepro.theory.free_convolution import FreeConvolution
+from attnrepro.theory.interpolating_limit import interpolating_limit
+from attnrepro.theory.interpolation import interpolation_threshold
+from attnrepro.theory.root_finding import NotConverged, newton_root
+from attnrepro.theory.softmax_prox import ProxNotSolved
+from attnrepro.theory.spectral_laws import SpectralLaw
 
 
 class _OutOfDomain(ValueError):

@@ -62,8 +62,8 @@ class GridSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         """Compose and validate every job, set aside those whose record is complete, launch the rest."""
         from attnrepro.config import ConfigError, validate
-        from attnrepro.runs.keys import job_key
-        from attnrepro.runs.records import is_complete, record_path
+        from attnrepro.jobs.keys import job_key
+        from attnrepro.jobs.records import is_complete, record_path
 
         params = {**self.grid_params(), **(self.params or {})}
         arguments = [*(f"{k}={v}" for k, v in params.items()), *arguments]

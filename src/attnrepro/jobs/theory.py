@@ -18,13 +18,42 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from ..theory.curves import CURVES, TheoryCurve, curves_of, theory_experiments
-from .records import SCHEMA, CorruptRecord, is_complete, read_record, write_record
+from attnrepro.jobs.records import SCHEMA, CorruptRecord, is_complete, read_record, write_record
+
+Columns = dict[str, list]
+
+@dataclass(frozen=True)
+class TheoryCurve:
+    name: str
+    experiments: tuple[str, ...]
+    keys: tuple[str, ...]
+    params: Callable[[Mapping], dict | None]
+    compute: Callable[[dict, object], Columns]
+    settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
+    extra: Callable[[object], list[dict]] = lambda s: []
+    sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
+    # more parameter points derived from each one: also(params, experiment, settings)
+    also: Callable[[dict, str, object], list[dict]] = lambda params, experiment, settings: []
+
+
+def curves() -> list[TheoryCurve]:
+    from attnrepro.papers import theory_curves
+
+    return theory_curves()
+
+
+def curves_of(experiment: str) -> list[TheoryCurve]:
+    return [c for c in curves() if experiment in c.experiments]
+
+
+def theory_experiments() -> list[str]:
+    return sorted({e for c in curves() for e in c.experiments})
+
 
 THEORY_VERSION = 3  # bump when a theory module changes its numbers: every curve is computed again
 
@@ -50,7 +79,7 @@ def _plain(v: Any) -> Any:
 
 def grid_points(experiment: str, profile: str, keys: tuple[str, ...]) -> list[dict]:
     """The distinct values of ``keys`` over the experiment's grid for the profile (composed once)."""
-    from .grid import compose
+    from attnrepro.jobs.grid import compose
 
     cfg = compose([f"experiment={experiment}", f"profile={profile}"])
     spec = OmegaConf.to_container(cfg.grid, resolve=False).get(profile) or {}
@@ -69,8 +98,8 @@ def theory_settings(profile: str, overrides: list[str] = ()) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ..config import register_configs
-    from .grid import CONF_DIR
+    from attnrepro.config import register_configs
+    from attnrepro.jobs.grid import CONF_DIR
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -137,7 +166,7 @@ def _compute(curve: TheoryCurve | str, params: dict, key: str, settings: DictCon
     """One curve's record, written under every experiment that expects it. At top level, so that a
     process pool can run it (a pool passes the curve by name: its functions do not pickle)."""
     if isinstance(curve, str):
-        curve = next(c for c in CURVES if c.name == curve)
+        curve = next(c for c in curves() if c.name == curve)
     record = {"schema": SCHEMA, "key": key, "curve": curve.name, "status": "running", "config": params,
               "settings": _curve_settings(curve, settings), "version": THEORY_VERSION}
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ A figure is a small spec: the experiments it reads (sources), a caption, and thr
 functions -- table(data) builds the tidy table behind it from the sources' frames,
 plot(table) draws it, claims(table) tests the paper's claims on it. Aggregation
 calls only ``table``; the figure stage reads the saved table and calls ``plot`` and
-``claims``. Each paper's figures live in their own module (FIGURE_MODULES), which
+``claims``. Each paper package names its figure modules (papers.figure_modules), each of which
 registers its specs on import.
 """
 
@@ -18,11 +18,8 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .claims import Claim
-from .tables import ExperimentData
-
-FIGURE_MODULES = ("attnrepro.analysis.figures_xor", "attnrepro.analysis.figures_tied",
-                  "attnrepro.analysis.figure_tied_threshold")
+from attnrepro.report.claims import Claim
+from attnrepro.report.tables import ExperimentData
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,9 @@ def register(spec: FigureSpec) -> FigureSpec:
 
 def specs(names: Sequence[str] | None = None) -> list[FigureSpec]:
     """The registered specs (all, or those named, in the given order); unknown names raise."""
-    for module in FIGURE_MODULES:
+    from attnrepro.papers import figure_modules
+
+    for module in figure_modules():
         importlib.import_module(module)
     if not names:
         return list(REGISTRY.values())
@@ -74,7 +73,7 @@ class Rendered:
 def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
     """plot and claims of a spec on its table; an empty or absent table gives a placeholder
     figure and the claims' 'not enough data' rows. A failing step is reported, not raised."""
-    from .plotting import placeholder
+    from attnrepro.report.plotting import placeholder
 
     out = Rendered(spec, None)
     if table is None:

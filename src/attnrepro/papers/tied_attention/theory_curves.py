@@ -3,38 +3,21 @@
 A curve belongs to experiments; for every distinct parameter point of an experiment's grid
 (the config values at ``keys``) ``params`` says which parameters the curve needs (None: the
 point has no such curve), ``extra`` adds points of its own (settings), and ``compute`` returns
-the curve's rows as columns. pipelines/theory.py runs them (runs.theory_runs), caching each
+the curve's rows as columns. pipelines/theory.py runs them (jobs.theory), caching each
 (curve, params, settings) as a record; the figures read them as rows with source = "theory".
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from .bayes_optimal import PriorCurve
-from .interpolation import bayes_perfect_recovery, interpolation_threshold
-from .spectral_laws import MarchenkoPastur, target_law
-
-Columns = dict[str, list]
-
-
-@dataclass(frozen=True)
-class TheoryCurve:
-    name: str
-    experiments: tuple[str, ...]
-    keys: tuple[str, ...]
-    params: Callable[[Mapping], dict | None]
-    compute: Callable[[dict, object], Columns]
-    settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
-    extra: Callable[[object], list[dict]] = lambda s: []
-    sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
-    # more parameter points derived from each one: also(params, experiment, settings)
-    also: Callable[[dict, str, object], list[dict]] = lambda params, experiment, settings: []
-
+from attnrepro.jobs.theory import Columns, TheoryCurve
+from attnrepro.theory.bayes_optimal import PriorCurve
+from attnrepro.theory.interpolation import bayes_perfect_recovery, interpolation_threshold
+from attnrepro.theory.spectral_laws import MarchenkoPastur, target_law
 
 TASK = ("task.target", "task.d", "task.kappa0", "task.gamma", "task.T", "task.Delta")
 
@@ -89,8 +72,8 @@ def _exact_fit_params(point: Mapping) -> dict | None:
 def _exact_fit_compute(params: dict, settings) -> Columns:
     """The logit-difference channel's state evolution at lambda -> 0+ (a student of any rank): 0 below
     alpha_interp, above it the smallest residual per sample (train_loss) and the rank of S."""
-    from .output_channel import LogitDifferenceChannel
-    from .state_evolution import state_evolution_curve
+    from attnrepro.theory.output_channel import LogitDifferenceChannel
+    from attnrepro.theory.state_evolution import state_evolution_curve
 
     law, T, Delta = law_of(params), int(params["task.T"]), float(params["task.Delta"])
     rows = state_evolution_curve(law, LogitDifferenceChannel(T, law.Q0, Delta), params["task.alpha"], 0.0, 1.0, T,
@@ -167,8 +150,8 @@ def _points(settings) -> int:
 
 def softmax_channel(params: Mapping, settings):
     """The output channel of a parameter point with the settings' Gaussian rule."""
-    from .gaussian_rules import make_rule
-    from .output_channel import SoftmaxChannel
+    from attnrepro.theory.gaussian_rules import make_rule
+    from attnrepro.theory.output_channel import SoftmaxChannel
 
     se, T = settings.state_evolution, int(params["task.T"])
     rule = make_rule(se.rule, T * (T + 1) - 2, _points(settings), se.seed)
@@ -179,7 +162,7 @@ def softmax_channel(params: Mapping, settings):
 def _se_compute(params: dict, settings) -> Columns:
     """The fixed point at every alpha of the job (ascending, each warm-started from the previous
     converged ones); a point that fails is a row with converged = False and its reason."""
-    from .state_evolution import state_evolution_curve
+    from attnrepro.theory.state_evolution import state_evolution_curve
 
     se = settings.state_evolution
     rows = state_evolution_curve(law_of(params), softmax_channel(params, settings), params["task.alpha"],
@@ -210,12 +193,4 @@ def _se_also(p: dict, experiment: str, settings) -> list[dict]:
 
 
 CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT)
-
-
-def curves_of(experiment: str) -> list[TheoryCurve]:
-    return [c for c in CURVES if experiment in c.experiments]
-
-
-def theory_experiments() -> list[str]:
-    return sorted({e for c in CURVES for e in c.experiments})
 

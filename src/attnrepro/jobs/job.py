@@ -9,9 +9,9 @@ import traceback
 
 from omegaconf import DictConfig
 
-from ..config import validate
-from .keys import job_key, semantic_config
-from .records import SCHEMA, is_complete, record_path, write_record
+from attnrepro.config import validate
+from attnrepro.jobs.keys import job_key, semantic_config
+from attnrepro.jobs.records import SCHEMA, is_complete, record_path, write_record
 
 
 def versions() -> dict:
@@ -62,8 +62,8 @@ def run_job(cfg: DictConfig) -> dict:
         print(f"{label}: done before, skipped ({key})", flush=True)
         return {"key": key, "status": "skipped"}
 
-    from ..runs.tracking import make_tracker
-    from .fit import fit
+    from attnrepro.jobs.fit import fit
+    from attnrepro.jobs.tracking import make_tracker
 
     tracker = make_tracker(cfg, key, path.parent)
     record = {"schema": SCHEMA, "key": key, "experiment": cfg.experiment, "status": "running",

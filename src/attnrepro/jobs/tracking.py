@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from .records import atomic_write
+from attnrepro.jobs.records import atomic_write
 
 log = logging.getLogger(__name__)
 

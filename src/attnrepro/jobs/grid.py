@@ -35,7 +35,7 @@ def compose_many(overrides_list: list[list[str]]) -> list[DictConfig]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ..config import register_configs
+    from attnrepro.config import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -73,7 +73,7 @@ def _fingerprint() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], outputs: str):
-    from .keys import job_key
+    from attnrepro.jobs.keys import job_key
 
     tag = json.dumps([experiment, profile, extra, _fingerprint()])
     cache = Path(outputs) / "cache" / "grid" / f"{hashlib.sha256(tag.encode()).hexdigest()[:20]}.json"
@@ -83,7 +83,7 @@ def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], output
         pass
     points = grid_points(experiment, profile, list(extra))
     jobs = [(ov, job_key(cfg)) for ov, cfg in zip(points, compose_many(points))]
-    from .records import atomic_write
+    from attnrepro.jobs.records import atomic_write
 
     atomic_write(cache, lambda f: json.dump(jobs, f))
     return jobs

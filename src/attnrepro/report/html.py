@@ -15,11 +15,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from .aggregate import read_status, table_path
-from .claims import fmt
-from .figure_spec import Rendered, render, specs
-from .plotting import close, png_base64, save
-from .tables import status_line
+from attnrepro.report.aggregate import read_status, table_path
+from attnrepro.report.claims import fmt
+from attnrepro.report.figure_spec import Rendered, render, specs
+from attnrepro.report.plotting import close, png_base64, save
+from attnrepro.report.tables import status_line
 
 CSS = """
 body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 2em auto; padding: 0 1em; color: #222 }

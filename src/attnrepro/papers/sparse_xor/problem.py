@@ -7,9 +7,9 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from ..models.ffnn import ReluFFNN
-from ..models.xor_attention import TwoHeadXorAttention
-from ..tasks import sparse_xor as X
+from attnrepro.papers.sparse_xor import task as X
+from attnrepro.papers.sparse_xor.attention import TwoHeadXorAttention
+from attnrepro.papers.sparse_xor.ffnn import ReluFFNN
 
 Backward = Optional[Callable[[Tensor], None]]
 
@@ -129,7 +129,7 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     p = torch.tensor([s[0] for s in supports])
     q = torch.tensor([s[1] for s in supports])
     if model_cfg.name == "xor_attention":
-        from ..models.xor_attention import step_unit
+        from attnrepro.papers.sparse_xor.attention import step_unit
 
         m = model_cfg.width(task.d)
         model = TwoHeadXorAttention.draw(gens, task.d, m, model_cfg.attention.value, model_cfg.init.value, dtype)
@@ -138,7 +138,7 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
         eta = train.eta0 * step_unit(model_cfg.attention.value, task.d, m)
         return problem, {"m": m, "eta": eta, "n_params": 2 * m, "p": p.tolist(), "q": q.tolist()}
     if model_cfg.name == "ffnn":
-        from ..models.ffnn import n_params
+        from attnrepro.papers.sparse_xor.ffnn import n_params
 
         model = ReluFFNN.draw(gens, task.d, model_cfg.k, dtype)
         train_set = SampleSet.draw(gens, task.n, task.d, supports, task.noise, dtype)

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..tasks.attention_indexed import attention, output, preactivations
+from attnrepro.papers.tied_attention.task import attention, output, preactivations
 
 
 class TiedAttention(nn.Module):

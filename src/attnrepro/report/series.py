@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .plotting import palette
-from .seed_stats import summary
+from attnrepro.report.plotting import palette
+from attnrepro.stats.seed_stats import summary
 
 SOURCE, SIMULATION, THEORY = "source", "simulation", "theory"
 CONVERGED = "converged"  # per seed: met its gradient tolerance (runs.fit); absent or NaN = no criterion

@@ -20,16 +20,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..theory import effective_estimator, learned_spectrum
-from ..theory.scaling_laws import excess_error_exponent
-from ..theory.spectral_laws import Atomic
-from . import cross_validation, series
-from .claims import Claim, fmt, interval, judge
-from .figure_spec import FigureSpec, register
-from .fits import NAN, bootstrap_ci, power_law_fit, threshold_crossing
-from .plotting import PANEL, fit_line, no_data, palette
-from .seed_stats import difference, mean_claim, mean_se, median_claim, summary
-from .tables import ExperimentData, select
+from attnrepro.report import series
+from attnrepro.report.claims import Claim, fmt, interval, judge
+from attnrepro.report.figure_spec import FigureSpec, register
+from attnrepro.report.plotting import PANEL, fit_line, no_data, palette
+from attnrepro.report.tables import ExperimentData, select
+from attnrepro.stats import cross_validation
+from attnrepro.stats.fits import NAN, bootstrap_ci, power_law_fit, threshold_crossing
+from attnrepro.stats.seed_stats import difference, mean_claim, mean_se, median_claim, summary
+from attnrepro.theory import effective_estimator, learned_spectrum
+from attnrepro.theory.scaling_laws import excess_error_exponent
+from attnrepro.theory.spectral_laws import Atomic
 
 ERROR_VS_ALPHA, FACT_VS_DIRECT = "tied_error_vs_alpha", "tied_factorized_vs_direct"
 INTERP_PEAK, INTERP_CURVE = "tied_interpolation_peak", "interpolation_threshold"

@@ -14,13 +14,22 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .claims import Claim, fmt, interval, judge
-from .figure_spec import FigureSpec, register
-from .fits import percentile_ci, polylog_fit, power_law_fit, quantiles
-from .plotting import column_heatmap, crossing_points, fit_label, fit_line, loglog, no_data, palette, panels
-from .seed_stats import median_claim
-from .summaries import Crossings, crossings, rate_table
-from .tables import ExperimentData, select
+from attnrepro.report.claims import Claim, fmt, interval, judge
+from attnrepro.report.figure_spec import FigureSpec, register
+from attnrepro.report.plotting import (
+    column_heatmap,
+    crossing_points,
+    fit_label,
+    fit_line,
+    loglog,
+    no_data,
+    palette,
+    panels,
+)
+from attnrepro.report.tables import ExperimentData, select
+from attnrepro.stats.fits import percentile_ci, polylog_fit, power_law_fit, quantiles
+from attnrepro.stats.seed_stats import median_claim
+from attnrepro.stats.summaries import Crossings, crossings, rate_table
 
 SUCCESS_LOSS = 0.01
 FFNN_SUCCESS_ERROR = 0.01

@@ -7,7 +7,7 @@ import json
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import SEMANTIC_KEYS
+from attnrepro.config import SEMANTIC_KEYS
 
 
 def semantic_config(cfg: DictConfig) -> dict:

@@ -8,20 +8,8 @@ import warnings
 
 import torch
 
-from ..tasks.seeding import replica_generators
-
-
-def builder(task_name: str):
-    """The build(task, model, train, gens) -> (problem, derived) function of a task."""
-    if task_name == "sparse_xor":
-        from ..problems.sparse_xor import build
-
-        return build
-    if task_name == "attention_indexed":
-        from ..problems.tied_attention import build
-
-        return build
-    raise ValueError(f"no problem for task.name={task_name!r}")
+from attnrepro.papers import builder
+from attnrepro.seeding import replica_generators
 
 
 def _quiet_lightning() -> None:
@@ -37,7 +25,7 @@ def train(cfg, trainer_cfg):
     Returns (problem, module, derived, timings)."""
     import pytorch_lightning as pl
 
-    from ..lit.replica import ReplicaModule, TickDataModule
+    from attnrepro.lit.replica import ReplicaModule, TickDataModule
 
     _quiet_lightning()
     t0 = time.perf_counter()
@@ -84,9 +72,10 @@ def convergence(problem, module, tol_grad: float, steps: int) -> dict:
 
 def fit(cfg, trainer_cfg) -> dict:
     """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record.
-    model=psd_exact_fit is a convex problem with its own solver (problems.tied_exact_fit), not trained."""
+    model=psd_exact_fit is a convex problem with its own solver
+    (papers.tied_attention.exact_fit_problem), not trained."""
     if cfg.model.name == "psd_exact_fit":
-        from ..problems.tied_exact_fit import fit as exact_fit
+        from attnrepro.papers.tied_attention.exact_fit_problem import fit as exact_fit
 
         return exact_fit(cfg)
     problem, module, derived, timings = train(cfg, trainer_cfg)

@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from ..tasks import attention_indexed as AI
-from ..tasks.seeding import replica_generators
-from . import psd_exact_fit
+from attnrepro.papers.tied_attention import exact_fit as psd_exact_fit
+from attnrepro.papers.tied_attention import task as AI
+from attnrepro.seeding import replica_generators
 
 
 def draw(task, gens: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

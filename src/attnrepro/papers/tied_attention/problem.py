@@ -33,9 +33,9 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
-from ..models.tied_attention import FactorizedTiedAttention, TiedAttention, draw_student
-from ..tasks import attention_indexed as AI
-from .tied_decomposition import decompose, relative_column_error
+from attnrepro.papers.tied_attention import task as AI
+from attnrepro.papers.tied_attention.decomposition import decompose, relative_column_error
+from attnrepro.papers.tied_attention.model import FactorizedTiedAttention, TiedAttention, draw_student
 
 Backward = Optional[Callable[[Tensor], None]]
 

@@ -15,11 +15,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..runs.theory_runs import load as load_theory
-from ..runs.theory_runs import theory_settings
-from ..theory.curves import theory_experiments
-from .figure_spec import error_text, specs
-from .tables import ExperimentData, load_experiment, status_line
+from attnrepro.jobs.theory import load as load_theory
+from attnrepro.jobs.theory import theory_experiments, theory_settings
+from attnrepro.report.figure_spec import error_text, specs
+from attnrepro.report.tables import ExperimentData, load_experiment, status_line
 
 
 def default_outputs() -> Path:

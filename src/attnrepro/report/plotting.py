@@ -19,9 +19,9 @@ from matplotlib.colors import Normalize  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from .claims import fmt  # noqa: E402
-from .fits import PowerLaw  # noqa: E402
-from .summaries import Crossings  # noqa: E402
+from attnrepro.report.claims import fmt  # noqa: E402
+from attnrepro.stats.fits import PowerLaw  # noqa: E402
+from attnrepro.stats.summaries import Crossings  # noqa: E402
 
 sns.set_theme(context="paper", style="whitegrid")
 PANEL = (4.4, 3.5)

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..runs.records import CorruptRecord, scan
+from attnrepro.jobs.records import CorruptRecord, scan
 
 
 @dataclass
@@ -163,7 +163,7 @@ def expected(experiment: str, profile: str, outputs: str) -> tuple[list[tuple[li
     """(expected jobs or None, the profile's grid, error message): what the sweep should have run."""
     from omegaconf import OmegaConf
 
-    from ..runs import grid
+    from attnrepro.jobs import grid
 
     try:
         jobs = grid.expected_jobs(experiment, profile, outputs=outputs)

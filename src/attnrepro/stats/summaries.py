@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .fits import NAN, PowerLaw, binomial_se, percentile_ci, power_law_fit, resamples, threshold_crossing
+from attnrepro.stats.fits import NAN, PowerLaw, binomial_se, percentile_ci, power_law_fit, resamples, threshold_crossing
 
 
 def rate_table(df: pd.DataFrame, by: Sequence[str], success: str = "success") -> pd.DataFrame:

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .claims import Claim, fmt, interval, judge
-from .fits import NAN, quantiles
+from attnrepro.report.claims import Claim, fmt, interval, judge
+from attnrepro.stats.fits import NAN, quantiles
 
 STATS = ("n", "mean", "se", "median", "q1", "q3")
 

@@ -21,13 +21,13 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from . import series
-from .claims import Claim, fmt, interval, judge
-from .figure_spec import FigureSpec, register
-from .figures_tied import at, finish, grid, listing, theory_rows
-from .fits import NAN, binomial_se
-from .plotting import palette
-from .tables import ExperimentData, select
+from attnrepro.papers.tied_attention.figures import at, finish, grid, listing, theory_rows
+from attnrepro.report import series
+from attnrepro.report.claims import Claim, fmt, interval, judge
+from attnrepro.report.figure_spec import FigureSpec, register
+from attnrepro.report.plotting import palette
+from attnrepro.report.tables import ExperimentData, select
+from attnrepro.stats.fits import NAN, binomial_se
 
 FIGURE = "tied_interpolation_threshold"
 INTERP_CURVE, MIN_CURVE = "interpolation_threshold", "exact_fit_minimum"

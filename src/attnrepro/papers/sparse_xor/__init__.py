@@ -1,0 +1,8 @@
+"""Paper A (Han & Ghoshdastidar 2026): a one-layer, two-head softmax transformer learns sparse XOR
+in one gradient step with polylog(d) parameters; feed-forward nets need Omega(d); linear and erf
+attention fail."""
+
+TASKS = {"sparse_xor": "problem"}
+CONFIG = "config"
+FIGURES = ("figures",)
+THEORY = None
