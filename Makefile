@@ -2,6 +2,7 @@
 PYTHON_BASE ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
+CLI         := $(VENV)/bin/attnrepro
 # torch goes in first, pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC  ?= torch==2.13.0
 PROFILE     ?= quick
@@ -25,10 +26,10 @@ test-full: install
 	$(PY) -m pytest -q -m ""
 
 reproduce-figures: install
-	$(PY) pipelines/reproduce.py --profile $(PROFILE)
+	$(CLI) reproduce profile=$(PROFILE)
 
 figures: install
-	$(PY) pipelines/figures.py
+	$(CLI) figures
 
 bench: install
 	$(PY) pipelines/bench.py

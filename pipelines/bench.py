@@ -62,9 +62,8 @@ def pipeline_job(overrides: list[str]):
     """Run one job through the pipeline (compose, run_job) in a temp outputs dir:
     (its config, wall seconds, its record)."""
     from attnrepro.jobs.grid import compose
-    from attnrepro.jobs.job import run_job
-    from attnrepro.jobs.keys import job_key
     from attnrepro.jobs.records import read_record, record_path
+    from attnrepro.jobs.training import job_key, run_job
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([*overrides, f"paths.outputs={tmp}"])

@@ -1,7 +1,25 @@
-import pytest
+from __future__ import annotations
 
-from attnrepro.config import validate
-from attnrepro.jobs.grid import compose
+import os
+
+# One thread per process, set before numpy and torch load: the suite runs a smoke reproduction in the
+# background beside the tests, on machines of a few cores; multithreaded BLAS and torch on small
+# arrays only make the processes fight over them (an explicit setting is kept).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from attnrepro.config import validate  # noqa: E402
+from attnrepro.jobs.grid import compose  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -13,3 +31,102 @@ def job_config(tmp_path):
         return cfg, validate(cfg)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def smoke_grid_cache(tmp_path_factory) -> Path:
+    """cache/grid/ with the expected jobs of every experiment's smoke grid, computed once: copied into
+    an outputs folder, jobs.grid.expected_jobs reads them instead of composing every job again (the
+    cache is keyed by the conf files, not by the outputs folder)."""
+    from attnrepro.jobs.grid import expected_jobs, experiments
+
+    root = tmp_path_factory.mktemp("grid_cache")
+    for e in experiments():
+        expected_jobs(e, "smoke", outputs=str(root))
+    return root / "cache" / "grid"
+
+
+# --- one smoke reproduction for the whole session ---------------------------------------------
+#
+# `attnrepro reproduce profile=smoke` is the slowest thing the suite does, and it is serial (one
+# sweep after the other). So once the tests are collected, if any of them needs it (the smoke_run
+# fixture), it starts in the background, and the tests that need it run last: the rest of the
+# suite runs meanwhile on the other core. smoke_run waits for it.
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """A finished `attnrepro reproduce profile=smoke` in its own outputs folder, shared by every
+    test of the session: read it, never write into it (copy() gives a folder to change)."""
+
+    outputs: Path
+    stdout: str
+    jobs: dict  # {experiment: [(overrides, key)]} of the smoke grids
+
+    @property
+    def n_jobs(self) -> int:
+        return sum(len(j) for j in self.jobs.values())
+
+    def copy(self, dest: Path) -> Path:
+        """A copy of the outputs (records, theory, tables, figures, caches) at dest, to resume,
+        break or heal without touching the shared one."""
+        shutil.copytree(self.outputs, dest, symlinks=True)
+        return dest
+
+
+class _Reproduction:
+    """The smoke reproduction as a background process writing into a temp folder."""
+
+    def __init__(self):
+        from sweep_tools import cli_cmd, train_env
+
+        self.folder = Path(tempfile.mkdtemp(prefix="attnrepro-smoke-"))
+        self.outputs = self.folder / "outputs"
+        self.stdout_path, self.stderr_path = self.folder / "stdout.txt", self.folder / "stderr.txt"
+        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(cli_cmd("reproduce", "profile=smoke"), cwd=ROOT, stdout=out, stderr=err,
+                                         env=train_env(self.outputs, WANDB_MODE="disabled"))
+
+    def wait(self, timeout: float) -> tuple[int, str, str]:
+        rc = self.proc.wait(timeout=timeout)
+        return rc, self.stdout_path.read_text(), self.stderr_path.read_text()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:  # the session ended before it did (interrupted, -x)
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_REPRODUCTION: list[_Reproduction] = []
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection
+def pytest_collection_modifyitems(session, config, items):
+    needing = [item for item in items if "smoke_run" in getattr(item, "fixturenames", ())]
+    if not needing or config.option.collectonly:
+        return
+    ids = {id(item) for item in needing}
+    items[:] = [item for item in items if id(item) not in ids] + needing  # stable within each part
+    _REPRODUCTION.append(_Reproduction())
+
+
+def pytest_unconfigure(config):
+    while _REPRODUCTION:
+        _REPRODUCTION.pop().close()
+
+
+@pytest.fixture(scope="session")
+def smoke_run() -> SmokeRun:
+    """`attnrepro reproduce profile=smoke` once, into a temp outputs folder (every sweep, the theory
+    curves, aggregate, figures, report), started in the background after collection. Tests that
+    need a finished smoke run read it; tests that change outputs work on smoke_run.copy(...)."""
+    from attnrepro.jobs.grid import expected_jobs, experiments
+
+    if not _REPRODUCTION:  # not started at collection (e.g. requested dynamically)
+        _REPRODUCTION.append(_Reproduction())
+    reproduction = _REPRODUCTION[0]
+    rc, stdout, stderr = reproduction.wait(timeout=1800)
+    assert rc == 0, stdout[-3000:] + stderr[-3000:]
+    jobs = {e: expected_jobs(e, "smoke", outputs=str(reproduction.outputs)) for e in experiments()}
+    return SmokeRun(reproduction.outputs, stdout, jobs)

@@ -35,9 +35,11 @@ JOB_LINE = re.compile(r": (complete|done before, skipped|FAILED \(.*\))(?: in [\
 
 def train_env(outputs: Path, **extra: str) -> dict:
     """The environment of a training subprocess: outputs under `outputs`, no inherited W&B or
-    attnrepro settings, one thread (the test machines are small)."""
+    attnrepro settings, one thread (the test machines are small), this checkout's src/ first on
+    the import path (whether or not the package is installed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ATTNREPRO_"))}
     env.update(ATTNREPRO_OUTPUTS=str(outputs), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **wandb_dirs(outputs))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     env.update(extra)
     return env
 
@@ -45,6 +47,18 @@ def train_env(outputs: Path, **extra: str) -> dict:
 def wandb_dirs(root: Path) -> dict:
     """W&B's config, cache and data (artifact staging) folders under root, not under $HOME."""
     return {f"WANDB_{what.upper()}_DIR": str(root / f".wandb-{what}") for what in ("config", "cache", "data")}
+
+
+def cli_cmd(command: str, *args: str) -> list[str]:
+    """The command line of `attnrepro <command> <args>` (python -m attnrepro: no install needed)."""
+    return [sys.executable, "-m", "attnrepro", command, *args]
+
+
+def run_cli(outputs: Path, command: str, *args: str, env: dict | None = None,
+            timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run `attnrepro <command> <args>` with outputs under `outputs`; output captured as text."""
+    return subprocess.run(cli_cmd(command, *args), cwd=ROOT, capture_output=True, text=True,
+                          env=train_env(outputs, **(env or {})), timeout=timeout)
 
 
 def train_cmd(*overrides: str, multirun: bool = True, slow_s: float = 0.0) -> list[str]:

@@ -2,14 +2,17 @@
 
 import json
 import math
+import shutil
+import zlib
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from attnrepro.jobs.grid import compose, expected_jobs, grid_points
-from attnrepro.jobs.keys import job_key, semantic_config
+from attnrepro.jobs.grid import compose_many, expected_jobs, grid_points
+from attnrepro.jobs.provenance import provenance
 from attnrepro.jobs.records import SCHEMA, record_path, write_record
+from attnrepro.jobs.training import job_key, roots, semantic_config
 from attnrepro.report import tables
 from attnrepro.report.aggregate import aggregate, read_status, table_path
 from attnrepro.report.claims import judge
@@ -113,22 +116,20 @@ def test_claim_without_data_does_not_hold():
 
 def _jobs(experiment: str) -> list[tuple[list[str], str, dict]]:
     """(overrides, key, semantic config) of every smoke job, composing each config once."""
-    out = []
-    for ov in grid_points(experiment, "smoke"):
-        cfg = compose(ov)
-        out.append((ov, job_key(cfg), semantic_config(cfg)))
-    return out
+    points = grid_points(experiment, "smoke")
+    return [(ov, job_key(cfg), semantic_config(cfg)) for ov, cfg in zip(points, compose_many(points))]
 
 
 def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> dict:
     """A complete record of the shape the runner writes, with made-up but plausible numbers."""
     n, task, model, train = cfg["n_seeds"], cfg["task"], cfg["model"], cfg["train"]
     d = task["d"]
-    rng = np.random.default_rng(abs(hash(key)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(key.encode()))  # stable across processes (hash() is salted)
     p = [int(v) for v in rng.integers(0, d // 2, n)]
     q = [int(v) + d // 2 for v in rng.integers(0, d // 2, n)]
     rec = {"schema": SCHEMA, "key": key, "experiment": experiment, "status": "complete",
-           "config": cfg, "overrides": overrides, "curves": {}, "arrays": {}}
+           "config": cfg, "overrides": overrides, "curves": {}, "arrays": {},
+           "provenance": provenance(roots(task["name"], model["name"]))}  # made by this code: not stale
     if model["name"] == "ffnn":
         err = [0.0 if model["k"] >= 2 else 0.3] * n
         rec["derived"] = {"eta": 0.01, "n_params": model["k"] * (d + 2) + 1, "p": p, "q": q}
@@ -153,10 +154,11 @@ def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> 
 
 
 @pytest.fixture(scope="module")
-def fake_outputs(tmp_path_factory):
+def fake_outputs(tmp_path_factory, smoke_grid_cache):
     """Smoke grids of all paper-A experiments as fake records, except in xor_phase_dm: one job
     failed, one corrupt file, one missing; plus a record of another grid that must be ignored."""
     out = tmp_path_factory.mktemp("outputs")
+    shutil.copytree(smoke_grid_cache, out / "cache" / "grid")
     bad = {}
     for exp in PAPER_A:
         for i, (ov, key, cfg) in enumerate(_jobs(exp)):
@@ -243,6 +245,7 @@ def test_report_renders_empty_tables(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "status.json").write_text(json.dumps({"profile": "smoke"}))
     report = build_report(tmp_path, ["xor_phase_dm"])
-    assert report.errors == ["xor_phase_dm: no table at " + str(table_path(tmp_path, "xor_phase_dm"))
-                             + ": run pipelines/aggregate.py first"]
+    (error,) = report.errors  # names the missing table and the stage that makes it
+    assert error.startswith(f"xor_phase_dm: no table at {table_path(tmp_path, 'xor_phase_dm')}: ")
+    assert "aggregate" in error
     assert len(report.claims) and not report.claims["holds"].any()

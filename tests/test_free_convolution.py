@@ -174,10 +174,12 @@ def test_small_delta_gives_back_marchenko_pastur():
 
 
 # ---------------------------------------------------------------- the MP law against sampling
-@pytest.fixture(scope="module")
-def wishart_samples():
-    """Eigenvalues of W0 W0^T / sqrt(p0 d), d = 1000, p0 = 500: 4 independent draws (rows)."""
-    d, p0 = 1000, 500
+@pytest.fixture(scope="module", params=[400, pytest.param(1000, marks=pytest.mark.slow)], ids=lambda d: f"d{d}")
+def wishart_samples(request):
+    """Eigenvalues of W0 W0^T / sqrt(p0 d), p0 = d / 2: 4 independent draws (rows); d = 400 by default,
+    also d = 1000 in the slow suite."""
+    d = request.param
+    p0 = d // 2
     rng = np.random.default_rng(20250)
     out = []
     for _ in range(4):

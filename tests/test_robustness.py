@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import importlib
 import json
-import math
 import shutil
 
 import pytest
@@ -154,7 +153,11 @@ def test_divergence_fails_its_job_and_the_sweep_goes_on(tmp_path):
     assert failed["status"] == "failed" and "metrics" not in failed
     assert "Divergence" in failed["reason"] and "non-finite" in failed["reason"]
     assert ok["status"] == "complete"
-    assert all(math.isfinite(v) for values in ok["metrics"].values() for v in values)
+    # linear attention from theta~ = -theta: an odd map, so theta~ = -theta all along and the loss stays
+    # >= 1/4 (tests/test_sparse_xor.py), while GD at a small step still descends from its start
+    m = ok["metrics"]
+    assert len(m["loss"]) == 3 and all(0.25 <= v < v0 for v, v0 in zip(m["loss"], ok["curves"]["loss"][0]))
+    assert m["mass_pq_tilde"] == pytest.approx([-v for v in m["mass_pq"]], abs=1e-12)
     assert sorted(job_lines(proc.stdout).values()) == ["complete", "failed"]
     assert "FAILED (Divergence" in proc.stdout
 

@@ -8,9 +8,8 @@ import torch
 from attnrepro.config import ConfigError
 from attnrepro.jobs.fit import train
 from attnrepro.jobs.grid import compose, experiments, grid_points
-from attnrepro.jobs.job import run_job
-from attnrepro.jobs.keys import job_key
 from attnrepro.jobs.records import CorruptRecord, read_record, record_path
+from attnrepro.jobs.training import job_key, run_job
 
 REPLICA_CASES = {
     "population GD, SGD": ["experiment=xor_attention_variants", "train.steps=15", "task.d=24"],
@@ -116,16 +115,17 @@ def test_bad_override_fails_at_composition(override, words):
     assert all(w in str(err.value) for w in words)
 
 
+EARLY_STOP = ["experiment=xor_attention_variants", "task.d=16", "train.steps=3000", "train.log_every=10",
+              "train.eta0=1.0", "n_seeds=3"]
+
+
 @pytest.mark.parametrize("criterion, field", [("train.tol=1e-9", "stalled_step"),
                                              ("train.tol_grad=1e-6", "converged_step")])
 def test_early_stop_when_every_seed_has_converged(job_config, criterion, field):
     """Softmax GD reaches loss ~0 fast: each seed's step of convergence (relative gradient <= tol_grad) or
     of stalling (relative objective change < tol) is recorded and training stops before the step budget,
-    once all have; with tol_grad the record says per seed that it converged. Without a tolerance it runs
-    every step."""
-    base = ["experiment=xor_attention_variants", "task.d=16", "train.steps=3000", "train.log_every=10",
-            "train.eta0=1.0", "n_seeds=3"]
-    cfg, _ = job_config(*base, criterion)
+    once all have; with tol_grad the record says per seed that it converged."""
+    cfg, _ = job_config(*EARLY_STOP, criterion)
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
     steps = rec["derived"][field]
@@ -134,6 +134,11 @@ def test_early_stop_when_every_seed_has_converged(job_config, criterion, field):
     if field == "converged_step":
         assert rec["derived"]["converged"] == [True] * 3 and max(rec["derived"]["grad_rel"]) <= 1e-6
         assert rec["derived"]["stop"] == ["converged"] * 3
-    full, _ = job_config(*base, "train.steps=300")
+
+
+def test_without_a_tolerance_every_step_runs(job_config):
+    """The softmax GD above, which stops within a few tens of steps once a tolerance is set, runs its
+    whole budget without one."""
+    full, _ = job_config(*EARLY_STOP, "train.steps=60")
     assert run_job(full)["status"] == "complete"
-    assert read_record(record_path(full.paths.outputs, full.experiment, job_key(full)))["timings"]["steps"] == 300
+    assert read_record(record_path(full.paths.outputs, full.experiment, job_key(full)))["timings"]["steps"] == 60

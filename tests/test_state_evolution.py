@@ -256,18 +256,32 @@ def test_interpolating_limit_is_the_quadratic_channels_small_lambda_fixed_point(
     assert p["eta"] == pytest.approx(1.0, rel=1e-6) and p["train_loss"] < 1e-12
 
 
-def test_softmax_lambda_path_approaches_the_closed_form_limit():
-    """kappa = 1, alpha = 0.1 < alpha_interp: the softmax state evolution at lambda = 1e-3, 1e-5, 1e-7
-    converges (every prox residual <= 1e-9) and its estimation error closes in on the limit's."""
+def _lambda_path_gaps(lams):
+    """kappa = 1, alpha = 0.1 < alpha_interp: |E(lambda) - E(0+)| / E(0+) of the softmax state evolution
+    (each point converged, every prox residual <= 1e-9) against the closed-form lambda -> 0+ limit."""
     ch = SoftmaxChannel(2, Q0, DELTA, sobol(4, 11))
     lim = interpolating_limit(LAW, 2, DELTA, 0.1)
     E_lim = Q0 - 2 * lim.m + lim.q
     gaps = []
-    for lam in (1e-3, 1e-5, 1e-7):
+    for lam in lams:
         row = state_evolution_curve(LAW, ch, [0.1], lam, 1.0, 2, DELTA)[0]
         assert row["converged"] and row["prox_residual"] <= 1e-9
-        gaps.append(abs(row["estimation_error"] - E_lim))
-    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.01 * E_lim
+        gaps.append(abs(row["estimation_error"] - E_lim) / E_lim)
+    return gaps
+
+
+def test_softmax_lambda_path_approaches_the_closed_form_limit():
+    """lambda = 1e-3, 1e-5: the estimation error closes in on the limit's (within 4% at 1e-5, ~2.5%
+    measured; the slow suite goes on to 1e-7)."""
+    gaps = _lambda_path_gaps((1e-3, 1e-5))
+    assert gaps[0] > gaps[1] and gaps[1] < 0.04
+
+
+@pytest.mark.slow
+def test_softmax_lambda_path_reaches_the_closed_form_limit():
+    """lambda = 1e-3, 1e-5, 1e-7: the gap shrinks at every step and is below 1% at 1e-7."""
+    gaps = _lambda_path_gaps((1e-3, 1e-5, 1e-7))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.01
 
 
 def test_noiseless_labels_above_the_threshold_recover_s0():

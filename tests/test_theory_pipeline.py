@@ -1,14 +1,15 @@
-"""The theory stage (pipelines/theory.py, runs.theory_runs): keys, caching, failures, loading."""
+"""The theory stage (pipelines/theory.py, jobs.theory): keys, caching, failures, loading."""
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from attnrepro.jobs import theory as theory_runs
 from attnrepro.papers.tied_attention import theory_curves as curves
-from sweep_tools import ROOT, train_env
+from attnrepro.theory.interpolation import interpolation_threshold
+from attnrepro.theory.spectral_laws import MarchenkoPastur
+from sweep_tools import ROOT, cli_cmd, train_env
 
 
 def _settings(tmp_path, *overrides):
@@ -17,35 +18,42 @@ def _settings(tmp_path, *overrides):
 
 def test_points_follow_the_experiment_grid(tmp_path):
     """The interpolation threshold is wanted once per (kappa, Delta > 0) of the grid, whatever d, lambda, alpha."""
-    jobs = theory_runs.jobs("tied_error_vs_alpha", _settings(tmp_path))
-    interp = [j for j in jobs if j.curve is curves.INTERPOLATION]
-    assert [(j.params["task.Delta"], j.params["model.kappa"]) for j in interp] == [(0.5, 0.5)]
-    bayes = [j.params for j in jobs if j.curve is curves.BAYES]
+    jobs = theory_runs.curve_jobs("tied_error_vs_alpha", _settings(tmp_path))
+    interp = [j.config["params"] for c, j in jobs if c is curves.INTERPOLATION]
+    assert [(p["task.Delta"], p["model.kappa"]) for p in interp] == [(0.5, 0.5)]
+    bayes = [j.config["params"] for c, j in jobs if c is curves.BAYES]
     assert {"task.kappa0": 0.5, "task.T": 2} in bayes and len(bayes) == len({json.dumps(b) for b in bayes})
 
 
 def test_keys_hash_only_what_a_curve_uses(tmp_path):
-    base = {j.curve.name: j.key for j in theory_runs.jobs("tied_error_vs_alpha", _settings(tmp_path))}
-    more = {j.curve.name: j.key for j in theory_runs.jobs("tied_error_vs_alpha", _settings(tmp_path, "bayes.points=7"))}
+    base = {j.config["curve"]: j.key for j in theory_runs.jobs("tied_error_vs_alpha", _settings(tmp_path))}
+    more = {j.config["curve"]: j.key
+            for j in theory_runs.jobs("tied_error_vs_alpha", _settings(tmp_path, "bayes.points=7"))}
     assert base["interpolation_threshold"] == more["interpolation_threshold"]
     assert base["bayes_mmse"] != more["bayes_mmse"]
 
 
-def test_second_run_computes_nothing(tmp_path):
-    cmd = [sys.executable, "pipelines/theory.py", "profile=smoke", "experiments=[tied_interpolation_peak]"]
-    first = subprocess.run(cmd, cwd=ROOT, env=train_env(tmp_path), capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
-    n = len(theory_runs.jobs("tied_interpolation_peak", _settings(tmp_path)))
-    assert n >= 2 and f"{n} computed, 0 cached, 0 failed" in first.stdout
-    paths = sorted((tmp_path / "theory" / "tied_interpolation_peak").glob("*/record.json"))
+def test_second_run_computes_nothing(smoke_run, tmp_path):
+    """The session's smoke reproduction computed every theory curve (tests/test_e2e.py counts them);
+    `attnrepro theory` on a copy of its outputs computes nothing and rewrites no record; the stored
+    interpolation threshold is the one of the experiment's parameters (kappa0 = 0.5, T = 2, Delta = 0.5)."""
+    outputs = smoke_run.copy(tmp_path / "outputs")
+    jobs = theory_runs.jobs("tied_interpolation_peak", _settings(outputs))
+    n = len(jobs)
+    assert n >= 2 and all(j.path.is_file() for j in jobs)
+    paths = sorted((outputs / "theory").glob("*/*/record.json"))
     stamps = [p.stat().st_mtime_ns for p in paths]
-    second = subprocess.run(cmd, cwd=ROOT, env=train_env(tmp_path), capture_output=True, text=True, timeout=300)
+    cmd = cli_cmd("theory", "profile=smoke", "experiments=[tied_interpolation_peak]")
+    second = subprocess.run(cmd, cwd=ROOT, env=train_env(outputs), capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
     assert f"0 computed, {n} cached, 0 failed" in second.stdout
     assert [p.stat().st_mtime_ns for p in paths] == stamps
-    records = [json.loads(p.read_text()) for p in paths]
+    records = [json.loads(j.path.read_text()) for j in jobs]
     assert all(r["status"] == "complete" for r in records)
     (interp,) = [r for r in records if r["curve"] == "interpolation_threshold"]
-    assert interp["metrics"]["alpha_interp"][0] > 0
+    alpha = interpolation_threshold(MarchenkoPastur(0.5), 2, 0.5).alpha
+    assert 0.15 < alpha < 0.16  # 0.1535 (paper B, Corollary 3.2; conf/experiment/tied_interpolation_peak.yaml)
+    assert interp["metrics"]["alpha_interp"][0] == pytest.approx(alpha, rel=1e-9)
 
 
 def test_unknown_experiment_is_a_clear_error(tmp_path):
@@ -62,14 +70,13 @@ def test_failure_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
     settings = _settings(tmp_path, "experiments=[tied_error_vs_alpha]", "bayes.kappa0=[]", "bayes.T=[]", "workers=1")
     counts = theory_runs.run(settings, log=lambda *_: None)
     assert counts == {"complete": 1, "failed": 1, "skipped": 0}
-    rows, status = theory_runs.load(tmp_path, "tied_error_vs_alpha", settings)
+    rows, status = theory_runs.load("tied_error_vs_alpha", settings)
     assert status["complete"] == 1 and "FloatingPointError: solver diverged" in status["failed"][0]["reason"]
     assert set(rows["curve"]) == {"bayes_mmse"} and (rows["source"] == "theory").all()
     # a corrupt record is listed, never raised; the failed one is computed again on the next run
-    (path,) = [j.path(tmp_path) for j in theory_runs.jobs("tied_error_vs_alpha", settings)
-               if j.curve.name == "bayes_mmse"]
+    (path,) = [j.path for j in theory_runs.jobs("tied_error_vs_alpha", settings) if j.config["curve"] == "bayes_mmse"]
     path.write_text("{not json")
-    rows, status = theory_runs.load(tmp_path, "tied_error_vs_alpha", settings)
+    rows, status = theory_runs.load("tied_error_vs_alpha", settings)
     assert rows.empty and len(status["corrupt"]) == 1
     monkeypatch.setattr(theory_runs, "curves_of", lambda e: [curves.INTERPOLATION, curves.BAYES])
     counts = theory_runs.run(settings, log=lambda *_: None)

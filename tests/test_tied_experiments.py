@@ -4,6 +4,8 @@
 """
 
 import math
+import shutil
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -11,16 +13,22 @@ import pytest
 import torch
 
 from attnrepro.jobs import theory as theory_runs
-from attnrepro.jobs.grid import compose, experiments, grid_points
-from attnrepro.jobs.keys import job_key, semantic_config
-from attnrepro.jobs.records import SCHEMA, record_path, write_record
-from attnrepro.papers.tied_attention import figures as figures_tied
-from attnrepro.papers.tied_attention.decomposition import TERMS, decompose
+from attnrepro.jobs.grid import compose_many, experiments, grid_points
+from attnrepro.jobs.provenance import provenance
+from attnrepro.jobs.records import SCHEMA, record_path, scan, write_record
+from attnrepro.jobs.training import job_key, roots, semantic_config
+from attnrepro.papers.tied_attention.figures import tied_error_vs_alpha as error_vs_alpha
 from attnrepro.papers.tied_attention.task import haar_orthogonal
 from attnrepro.report.aggregate import aggregate
 from attnrepro.report.figure_spec import specs
 from attnrepro.report.html import build_report
 from attnrepro.stats import cross_validation
+from attnrepro.theory.error_decomposition import TERMS, decompose
+from attnrepro.theory.interpolation import interpolation_threshold
+from attnrepro.theory.learned_spectrum import LearnedSpectrum
+from attnrepro.theory.spectral_laws import MarchenkoPastur, power_law
+from attnrepro.theory.state_evolution import interpolating_limit
+from test_theory_baselines import brute_force_ks
 
 FIGURES = ["tied_error_vs_alpha", "tied_factorized_vs_direct", "tied_spectra", "tied_scaling_laws",
            "tied_error_decomposition", "tied_bayes_gap"]
@@ -117,7 +125,7 @@ def _fake_record(experiment, overrides, key, cfg):
     alpha, factorized below direct, the four terms adding up) and spectra for the arrays."""
     n, task, model = cfg["n_seeds"], cfg["task"], cfg["model"]
     d, alpha, lam = task["d"], task["alpha"], model["lam"]
-    rng = np.random.default_rng(abs(hash(key)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(key.encode()))  # stable across processes (hash() is salted)
     noise = 1 + 0.05 * rng.standard_normal(n)
     direct = 1.5 if model["param"] == "direct" else 1.0
     est = direct * 2.0 * np.exp(-12 * alpha) * (1 + 10 * lam) * noise
@@ -130,7 +138,7 @@ def _fake_record(experiment, overrides, key, cfg):
     learned = np.where(np.arange(d) < recovered, 0.9 * target, 0.0)
     learned[recovered: d // 2] = rng.uniform(0.01, 0.5, max(0, d // 2 - recovered))
     rec = {"schema": SCHEMA, "key": key, "experiment": experiment, "status": "complete", "config": cfg,
-           "overrides": overrides, "curves": {},
+           "overrides": overrides, "curves": {}, "provenance": provenance(roots(task["name"], model["name"])),
            "derived": {"eta": 0.1, "n": round(alpha * d * d), "p": round(model["kappa"] * d), "p0": r},
            "metrics": {"train_loss": list(1e-3 * est), "objective": list(est), "val_error": list(0.3 * est + 0.1),
                        "test_error": list(0.3 * est), "estimation_error": list(est),
@@ -143,11 +151,12 @@ def _fake_record(experiment, overrides, key, cfg):
 
 
 @pytest.fixture(scope="module")
-def fake_tied_outputs(tmp_path_factory):
+def fake_tied_outputs(tmp_path_factory, smoke_grid_cache):
     out = tmp_path_factory.mktemp("tied")
+    shutil.copytree(smoke_grid_cache, out / "cache" / "grid")
     for exp in EXPERIMENTS:
-        for ov in grid_points(exp, "smoke"):
-            cfg = compose(ov)
+        points = grid_points(exp, "smoke")
+        for ov, cfg in zip(points, compose_many(points)):
             key = job_key(cfg)
             write_record(record_path(out, exp, key), _fake_record(exp, ov, key, semantic_config(cfg)))
     theory_runs.run(theory_runs.theory_settings("smoke", [f"paths.outputs={out}"]), log=lambda *_: None)
@@ -160,41 +169,138 @@ def test_tied_experiments_and_figures_are_registered():
     assert set(FIGURES) <= {s.name for s in specs()}
 
 
+def _records(out, experiment):
+    """The fake records of the experiment, as written."""
+    return [rec for _, rec in scan(out, experiment)]
+
+
+def _measured(claims, ident):
+    """The measured value of the one claim with this id."""
+    rows = claims.loc[claims["id"] == ident, "measured"].tolist()
+    assert len(rows) == 1, f"{len(rows)} claims with id {ident!r}; ids: {sorted(claims['id'])}"
+    return rows[0]
+
+
 def test_tied_figures_render_with_claims(fake_tied_outputs):
-    report = build_report(fake_tied_outputs, FIGURES)
+    """Every figure renders with claims; the claims measure what the fake records say (each value
+    recomputed here from the records, or a closed form of how _fake_record made them)."""
+    out = fake_tied_outputs
+    report = build_report(out, FIGURES)
     assert not report.errors, report.errors
+    claims = report.claims
     for name in FIGURES:
-        assert (fake_tied_outputs / "figures" / f"{name}.png").exists()
-        claims = report.claims[report.claims["figure"] == name]
-        assert len(claims) >= 2, name
-        assert claims["measured"].notna().any(), name
-    decomposition = report.claims[report.claims["figure"] == "tied_error_decomposition"]
-    assert decomposition.iloc[0]["holds"], decomposition.iloc[0].to_dict()  # the fake terms add up
-    table = pd.read_parquet(fake_tied_outputs / "results" / "tied_factorized_vs_direct.parquet")
+        assert (out / "figures" / f"{name}.png").exists()
+        assert (claims["figure"] == name).sum() >= 2, name
+    # tied_error_vs_alpha: the ridgeless error at the smallest alpha is the records' seed mean, 2 e^(-1.2) (1 +- 5%)
+    (ridgeless,) = [r for r in _records(out, "tied_error_vs_alpha")
+                    if (r["config"]["task"]["Delta"], r["config"]["model"]["lam"], r["config"]["task"]["alpha"])
+                    == (0.0, 0.0, 0.1)]
+    value = _measured(claims, "tied_error_vs_alpha/ridgeless_init_error")
+    assert value == pytest.approx(np.mean(ridgeless["metrics"]["estimation_error"]), rel=1e-9)
+    assert value == pytest.approx(2 * math.exp(-1.2), rel=0.1)
+    # tied_error_decomposition: the fake terms add up to the estimation error (to rounding)
+    assert _measured(claims, "tied_error_decomposition/terms_add_up") < 1e-12
+    # tied_factorized_vs_direct: the gap at each alpha is direct minus factorized test error at the
+    # validation-selected lambda, seed means: here lambda = 0 (val_error grows with lambda by 10%/0.01)
+    table = pd.read_parquet(out / "results" / "tied_factorized_vs_direct.parquet")
+    chosen = table[table["selected"]]
+    assert set(chosen["model.lam"]) == {0.0}
+    for alpha in (0.1, 0.3):
+        at = chosen[chosen["task.alpha"] == alpha].groupby("model.param")["test_error"].mean()
+        gap = _measured(claims, f"tied_factorized_vs_direct/factorized_beats_direct/alpha={alpha}")
+        assert gap == pytest.approx(at["direct"] - at["factorized"], rel=1e-9)
+        assert gap == pytest.approx(0.3 * 2 * math.exp(-12 * alpha) * 0.5, rel=0.4)  # 1.5 vs 1, noise 5%
+    # tied_spectra at the largest alpha = 0.4: 4 modes recovered (round(10 alpha)), top eigenvalue
+    # 0.9 sqrt(16) = 3.6, s1/s2 = 2 (target 1/i), 8 of 16 eigenvalues at 0
+    assert _measured(claims, "tied_spectra/outliers_leave_bulk") == 4
+    assert _measured(claims, "tied_spectra/top_eigenvalue") == pytest.approx(3.6, rel=1e-12)
+    assert _measured(claims, "tied_spectra/top_gap") == pytest.approx(2.0, rel=1e-12)
+    assert _measured(claims, "tied_spectra/atom_shrinks") == 0.5
+    # tied_scaling_laws: 4 modes at the largest n; test error ~ e^(-12 alpha): two alphas 0.1, 0.4 give
+    # the log-log slope -3.6 / ln 4 (+- the noise, 5% per seed)
+    for gamma in (0.75, 1.5):
+        assert _measured(claims, f"tied_scaling_laws/modes_recovered/gamma={gamma}") == 4
+        assert _measured(claims, f"tied_scaling_laws/error_exponent/gamma={gamma}") == pytest.approx(
+            -3.6 / math.log(4), abs=0.1)
+    # tied_bayes_gap: the MMSE curve starts at Var mu0 = 1 and reaches 0 at alpha_PR (closed form)
+    for kappa0 in (0.25, 0.5, 0.75):
+        for T in (2, 3, 4):
+            assert abs(_measured(claims, f"tied_bayes_gap/mmse_at_zero/kappa0={kappa0},T={T}")) < 1e-3
+            assert abs(_measured(claims, f"tied_bayes_gap/mmse_reaches_zero/kappa0={kappa0},T={T}")) < 1e-6
+    table = pd.read_parquet(out / "results" / "tied_factorized_vs_direct.parquet")
     assert set(table["model.param"]) == {"factorized", "direct"} and table["selected"].any()
     assert (table["source"] == "simulation").all()
-    # theory: alpha_interp on tied_error_vs_alpha, the MMSE curves on tied_bayes_gap, the fitted law on tied_spectra
-    for name, column in (("tied_error_vs_alpha", "alpha_interp"), ("tied_bayes_gap", "mmse"),
-                         ("tied_spectra", "ks"), ("tied_error_vs_alpha", "converged")):
-        table = pd.read_parquet(fake_tied_outputs / "results" / f"{name}.parquet")
-        assert table.loc[table["source"] == "theory", column].notna().any(), name
-    spectra = pd.read_parquet(fake_tied_outputs / "results" / "tied_spectra.parquet")
+    spectra = pd.read_parquet(out / "results" / "tied_spectra.parquet")
     assert {"fit", "erm_state_evolution"} <= set(spectra["curve"].dropna())
-    claims = report.claims[report.claims["figure"] == "tied_error_vs_alpha"]["claim"]
-    assert claims.str.contains("state evolution against simulation").any()
+    ids = claims[claims["figure"] == "tied_error_vs_alpha"]["id"]
+    assert ids.str.contains("state_evolution").any()
+
+
+def test_theory_rows_hold_the_theory(fake_tied_outputs):
+    """The theory rows in the tables: alpha_interp of the experiment's parameters, MMSE curves from
+    Var mu0 = 1 to 0 at alpha_PR = (2 kappa0 - kappa0^2) / (T^2 + T - 2), the state evolution
+    converged where it has a fixed point (lambda > 0, or lambda = 0 below alpha_interp), the fitted
+    spectrum's KS distance to the learned eigenvalues by brute force."""
+    out = fake_tied_outputs
+    table = pd.read_parquet(out / "results" / "tied_error_vs_alpha.parquet")
+    theory = table[table["source"] == "theory"]
+    alpha_interp = interpolation_threshold(MarchenkoPastur(0.5), 2, 0.5).alpha
+    interp = theory.loc[theory["curve"] == "interpolation_threshold", "alpha_interp"]
+    assert len(interp) >= 1 and interp.to_numpy() == pytest.approx(alpha_interp, rel=1e-9)
+    se = theory[theory["curve"] == "erm_state_evolution"]
+    assert len(se) >= 8
+    expected = (se["model.lam"] > 0) | (se["task.Delta"] == 0) | (se["task.alpha"] < alpha_interp)
+    assert (se["converged"].astype(bool) == expected).all(), se[["task.Delta", "model.lam", "task.alpha", "converged"]]
+    assert se.loc[~expected, "estimation_error"].isna().all()  # no fixed point, no number
+    # lambda = 0 rows: below the threshold the closed-form lambda -> 0+ limit, with noiseless labels above
+    # it perfect recovery (E = 0)
+    law = MarchenkoPastur(0.5)
+    nodes = theory_runs.theory_settings("smoke", [f"paths.outputs={out}"]).state_evolution.nodes
+    limits = se[se["model.lam"] == 0]
+    assert set(limits["method"]) == {"interpolating_limit", "perfect_recovery", "no_limit"}
+    for _, row in limits.iterrows():
+        if row["method"] == "interpolating_limit":
+            lim = interpolating_limit(law, 2, row["task.Delta"], row["task.alpha"], nodes=nodes)
+            assert row["estimation_error"] == pytest.approx(law.Q0 - 2 * lim.m + lim.q, rel=1e-6)
+            fine = interpolating_limit(law, 2, row["task.Delta"], row["task.alpha"], nodes=4 * nodes)
+            assert row["estimation_error"] == pytest.approx(law.Q0 - 2 * fine.m + fine.q, rel=1e-3)
+        elif row["method"] == "perfect_recovery":
+            assert row["task.Delta"] == 0 and row["estimation_error"] == 0
+
+    bayes = pd.read_parquet(out / "results" / "tied_bayes_gap.parquet")
+    curves = bayes[(bayes["source"] == "theory") & (bayes["curve"] == "bayes_mmse")]
+    assert len(curves.groupby(["task.kappa0", "task.T"])) == 9
+    for (kappa0, T), c in curves.groupby(["task.kappa0", "task.T"]):
+        c = c.sort_values("task.alpha")
+        alpha, mmse = c["task.alpha"].to_numpy(), c["mmse"].to_numpy()
+        alpha_pr = (2 * kappa0 - kappa0 ** 2) / (T * T + T - 2)
+        step = np.diff(alpha).max()
+        assert alpha[0] == 0 and mmse[0] == pytest.approx(1.0, abs=1e-3)
+        assert np.all(np.diff(mmse) <= 1e-12)
+        assert np.all(mmse[alpha < alpha_pr - step] > 0) and np.all(mmse[alpha > alpha_pr + step] == 0)
+
+    spectra = pd.read_parquet(out / "results" / "tied_spectra.parquet")
+    sim = spectra[spectra["source"] == "simulation"]
+    fitted = spectra[(spectra["source"] == "theory") & (spectra["curve"] == "fit")].drop_duplicates("task.alpha")
+    assert sorted(fitted["task.alpha"]) == [0.1, 0.4]
+    for _, row in fitted.iterrows():
+        y = sim.loc[sim["task.alpha"] == row["task.alpha"], "eigenvalues"].dropna().to_numpy()
+        assert len(y) == 2 * 16  # 2 seeds of d = 16
+        law = LearnedSpectrum(power_law(16, 1.0), row["eta"], row["delta"], row["eps"])
+        assert row["ks"] == pytest.approx(brute_force_ks(y, law.cdf), abs=1e-6)
 
 
 def test_theory_rows_are_drawn_as_lines(fake_tied_outputs):
     """A table with rows of source 'theory' plots them as lines and keeps them out of the claims."""
     table = pd.read_parquet(fake_tied_outputs / "results" / "tied_error_vs_alpha.parquet")
-    sim_claims = figures_tied.error_vs_alpha_claims(table)
+    sim_claims = error_vs_alpha.claims(table, error_vs_alpha.estimates(table))
     theory = table.drop_duplicates(["task.Delta", "model.lam", "task.alpha"]).assign(
         source="theory", curve=None, key=None, replica=None, seed=None, test_error=1.0, estimation_error=1.0)
     both = pd.concat([table, theory], ignore_index=True)
-    fig = figures_tied.error_vs_alpha_plot(both)
+    fig = error_vs_alpha.plot(both, error_vs_alpha.estimates(both))
     labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
     assert any(label.endswith("(theory)") for label in labels)
-    got = figures_tied.error_vs_alpha_claims(both)
+    got = error_vs_alpha.claims(both, error_vs_alpha.estimates(both))
     assert [c.claim for c in got] == [c.claim for c in sim_claims]
     assert [c.measured for c in got] == pytest.approx([c.measured for c in sim_claims], nan_ok=True)
 
@@ -202,5 +308,5 @@ def test_theory_rows_are_drawn_as_lines(fake_tied_outputs):
 def test_empty_tables_give_claims_that_do_not_hold():
     for spec in specs(FIGURES):
         table = spec.table({})
-        claims = spec.claims(table)
+        claims = spec.claims(table, spec.estimate(table))
         assert claims and not any(c.holds for c in claims), spec.name

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from attnrepro.jobs import tracking
-from attnrepro.jobs.job import run_job
-from attnrepro.jobs.keys import job_key
 from attnrepro.jobs.records import read_record, record_path
+from attnrepro.jobs.training import job_key, run_job
 from sweep_tools import ROOT, run_train, valid_records, wandb_dirs
 
 SECRET = "dummy-secret-value-123"

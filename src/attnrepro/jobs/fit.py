@@ -71,13 +71,7 @@ def convergence(problem, module, tol_grad: float, steps: int) -> dict:
 
 
 def fit(cfg, trainer_cfg) -> dict:
-    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record.
-    model=psd_exact_fit is a convex problem with its own solver
-    (papers.tied_attention.exact_fit_problem), not trained."""
-    if cfg.model.name == "psd_exact_fit":
-        from attnrepro.papers.tied_attention.exact_fit_problem import fit as exact_fit
-
-        return exact_fit(cfg)
+    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record."""
     problem, module, derived, timings = train(cfg, trainer_cfg)
     as_lists = lambda tensors: {k: v.detach().cpu().tolist() for k, v in tensors.items()}  # noqa: E731
     t = time.perf_counter()

@@ -1,8 +1,9 @@
 """An experiment's grid for a profile, expanded to jobs, composed without running Hydra's CLI.
 
-Used by the aggregate stage (which jobs should exist?) and by tests. The same
-expansion as the grid sweeper: the product of the grid's value lists, where an
-override given in `extra` replaces the grid's entry for that key.
+``product`` is the one grid expansion: the grid sweeper (hydra_plugins), the aggregate stage
+(which jobs should exist?) and the theory stage (which parameter points?) all expand a grid
+with it: the product of the grid's value lists in the grid's order, where an override of the
+same key replaces the grid's entry.
 
 Composing a job costs ~0.1 s, so expected_jobs caches its answer on disk under
 <outputs>/cache/grid/, keyed by the experiment, profile, extra overrides and the
@@ -17,11 +18,12 @@ import itertools
 import json
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "config"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def experiments() -> list[str]:
@@ -48,24 +50,41 @@ def compose(overrides: list[str]) -> DictConfig:
     return compose_many([overrides])[0]
 
 
+def product(grid: Mapping[str, Any]) -> list[dict]:
+    """Every point of a grid {key: value or list of values}: the product of the lists, in order."""
+    lists = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in grid.items()}
+    empty = [k for k, v in lists.items() if not v]
+    if empty:
+        raise ValueError(f"grid entry '{empty[0]}' is empty: an empty grid has no jobs")
+    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+
+
+def override(key: str, value: Any) -> str:
+    return f"{key}={'null' if value is None else value}"
+
+
+def profile_grid(cfg: DictConfig, profile: str) -> dict:
+    """The experiment's grid for the profile, as written in its file (unresolved)."""
+    grid = OmegaConf.to_container(cfg.grid, resolve=False) if cfg.get("grid") else {}
+    if profile not in grid:
+        raise ValueError(f"experiment '{cfg.experiment}' has no grid for profile '{profile}'"
+                         + (f" (it has: {', '.join(grid)})" if grid else ""))
+    return grid[profile]
+
+
 def grid_points(experiment: str, profile: str, extra: list[str] = ()) -> list[list[str]]:
-    """Override lists of every job of the experiment's grid under the profile."""
+    """Override lists of every job of the experiment's grid under the profile (extra replaces grid keys)."""
     base = [f"experiment={experiment}", f"profile={profile}", *extra]
-    cfg = compose(base)
-    grid = OmegaConf.to_container(cfg.grid, resolve=False).get(profile)
-    if grid is None:
-        raise ValueError(f"experiment '{experiment}' has no grid for profile '{profile}'")
     given = {ov.split("=", 1)[0].lstrip("+~") for ov in extra}
-    grid = {k: v for k, v in grid.items() if k not in given}
-    values = [v if isinstance(v, list) else [v] for v in grid.values()]
-    fmt = lambda v: "null" if v is None else str(v)  # noqa: E731
-    return [base + [f"{k}={fmt(v)}" for k, v in zip(grid, combo)] for combo in itertools.product(*values)]
+    grid = {k: v for k, v in profile_grid(compose(base), profile).items() if k not in given}
+    return [base + [override(k, v) for k, v in point.items()] for point in product(grid)]
 
 
 def _fingerprint() -> str:
     """Hash of every file that decides a job's config: conf/**/*.yaml and the schema modules."""
     h = hashlib.sha256()
-    for path in sorted([*CONF_DIR.rglob("*.yaml"), *SCHEMA_DIR.glob("*.py")]):
+    schemas = [*(PACKAGE_DIR / "config").glob("*.py"), *(PACKAGE_DIR / "papers").glob("*/config.py")]
+    for path in sorted([*CONF_DIR.rglob("*.yaml"), *schemas]):
         h.update(str(path.relative_to(path.parents[1])).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -73,23 +92,37 @@ def _fingerprint() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], outputs: str):
-    from attnrepro.jobs.keys import job_key
+    """[(overrides, key, task name, model name)] of the sweep, cached on disk (see the module docstring)."""
+    from attnrepro.jobs.records import atomic_write
+    from attnrepro.jobs.training import job_key
 
     tag = json.dumps([experiment, profile, extra, _fingerprint()])
     cache = Path(outputs) / "cache" / "grid" / f"{hashlib.sha256(tag.encode()).hexdigest()[:20]}.json"
     try:
-        return [(ov, key) for ov, key in json.loads(cache.read_text())]
+        return [tuple(job) for job in json.loads(cache.read_text())]
     except (OSError, ValueError):
         pass
     points = grid_points(experiment, profile, list(extra))
-    jobs = [(ov, job_key(cfg)) for ov, cfg in zip(points, compose_many(points))]
-    from attnrepro.jobs.records import atomic_write
-
+    jobs = [(ov, job_key(cfg), cfg.task.name, cfg.model.name) for ov, cfg in zip(points, compose_many(points))]
     atomic_write(cache, lambda f: json.dump(jobs, f))
     return jobs
 
 
+def _outputs(outputs: str | None) -> str:
+    return str(outputs or os.environ.get("ATTNREPRO_OUTPUTS", "outputs"))
+
+
 def expected_jobs(experiment: str, profile: str, extra: list[str] = (), outputs: str | None = None):
     """(overrides, key) of every job the sweep would run (cached; see the module docstring)."""
-    outputs = outputs or os.environ.get("ATTNREPRO_OUTPUTS", "outputs")
-    return [(list(ov), key) for ov, key in _expected_jobs(experiment, profile, tuple(extra), str(outputs))]
+    return [(list(job[0]), job[1]) for job in _expected_jobs(experiment, profile, tuple(extra), _outputs(outputs))]
+
+
+def expected_states(experiment: str, profile: str, extra: list[str] = (), outputs: str | None = None):
+    """(overrides, key, State) of every job the sweep would run: which are done, which not."""
+    from attnrepro.jobs.job import state_of
+    from attnrepro.jobs.records import record_path
+    from attnrepro.jobs.training import roots
+
+    outputs = _outputs(outputs)
+    return [(list(ov), key, state_of(record_path(outputs, experiment, key), key, roots(task, model)))
+            for ov, key, task, model in _expected_jobs(experiment, profile, tuple(extra), outputs)]

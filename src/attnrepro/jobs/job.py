@@ -1,85 +1,104 @@
-"""One job: validate, skip if its record is complete, else train and write the record."""
+"""One kind of cached job, for training runs, theory curves and derived analyses alike.
+
+A job is a key (a hash of what decides its numbers), the record file it writes, and the
+modules that compute it (its provenance roots). ``state`` reads the record back as one typed
+status; ``execute`` computes the job's fields and writes the record atomically, a failure
+recorded with its reason and never raised. A complete record made by other code (another
+fingerprint of the roots' modules, or none) is stale: it is computed again.
+
+Record: {schema, kind, key, experiment, status, config, provenance, started, timings, ...fields}.
+"""
 
 from __future__ import annotations
 
-import os
-import platform
+import hashlib
+import json
 import time
 import traceback
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable
 
-from omegaconf import DictConfig
-
-from attnrepro.config import validate
-from attnrepro.jobs.keys import job_key, semantic_config
-from attnrepro.jobs.records import SCHEMA, is_complete, record_path, write_record
+from attnrepro.jobs.provenance import fingerprint, provenance
+from attnrepro.jobs.records import SCHEMA, CorruptRecord, read_record, write_record
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
+class Status(str, Enum):
+    complete = "complete"
+    failed = "failed"
+    stale = "stale"  # complete, but made by other code
+    missing = "missing"
+    corrupt = "corrupt"
 
-    out = {"python": platform.python_version()}
-    for pkg in ("attnrepro", "torch", "pytorch-lightning", "hydra-core", "omegaconf", "numpy"):
+
+@dataclass(frozen=True)
+class State:
+    status: Status
+    record: dict | None = None
+    reason: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.status is Status.complete
+
+
+def digest(blob: object) -> str:
+    """The key of anything JSON-able: sha256 of its canonical JSON, 16 hex digits."""
+    text = json.dumps(blob, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # "train", "theory" or "derived"
+    experiment: str
+    key: str
+    path: Path
+    config: dict  # what the key hashes, kept in the record
+    roots: tuple[str, ...]  # the modules that compute it (provenance)
+    label: str = ""
+
+    def state(self) -> State:
+        return state_of(self.path, self.key, self.roots)
+
+    def execute(self, compute: Callable[[], dict], extra: dict | None = None,
+                before_write: Callable[[dict], None] | None = None) -> dict:
+        """Compute the job's record fields (status 'complete'), or record the failure; hand the
+        record to before_write (e.g. a tracker), then write it: the record, written last, marks
+        the job done."""
+        record = {"schema": SCHEMA, "kind": self.kind, "key": self.key, "experiment": self.experiment,
+                  "status": "running", "config": self.config, "provenance": provenance(self.roots),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
+        t0 = time.perf_counter()
         try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
+            record.update(compute())
+            record["status"] = "complete"
+        except Exception as e:  # recorded, never lost: the other jobs go on
+            record.update(status="failed", reason=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+        record.setdefault("timings", {})["total_s"] = time.perf_counter() - t0
+        if before_write is not None:
+            before_write(record)
+        write_record(self.path, record)
+        return record
 
 
-def _hydra_overrides() -> list[str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except Exception:
-        return []
-
-
-def _job_label() -> str:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        num = HydraConfig.get().job.num
-    except Exception:
-        return "job"
-    total = os.environ.get("ATTNREPRO_SWEEP_SIZE", "?")
-    return f"job {num + 1}/{total}"
-
-
-def run_job(cfg: DictConfig) -> dict:
-    """Run one grid point (all its seeds as replicas) and write its record.
-
-    Raises ConfigError on a bad config (before any work). Any failure during
-    training (exception, non-finite loss) is caught and recorded as status
-    'failed' with its reason; the caller's sweep goes on.
-    """
-    obj = validate(cfg)
-    key = job_key(cfg)
-    path = record_path(cfg.paths.outputs, cfg.experiment, key)
-    overrides = _hydra_overrides()
-    label = f"[{cfg.experiment}] {_job_label()} {' '.join(overrides) or '(defaults)'}"
-    if is_complete(path):
-        print(f"{label}: done before, skipped ({key})", flush=True)
-        return {"key": key, "status": "skipped"}
-
-    from attnrepro.jobs.fit import fit
-    from attnrepro.jobs.tracking import make_tracker
-
-    tracker = make_tracker(cfg, key, path.parent)
-    record = {"schema": SCHEMA, "key": key, "experiment": cfg.experiment, "status": "running",
-              "config": semantic_config(cfg), "overrides": overrides, "versions": versions(),
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    t0 = time.perf_counter()
-    try:
-        record.update(fit(obj, obj.trainer))
-        record["status"] = "complete"
-    except Exception as e:  # recorded, never lost: the sweep goes on
-        record["status"] = "failed"
-        record["reason"] = f"{type(e).__name__}: {e}"
-        record["traceback"] = traceback.format_exc(limit=8)
-    record.setdefault("timings", {})["total_s"] = time.perf_counter() - t0
-    tracker.finish(record)  # the record, written last, marks the job done
-    write_record(path, record)
-    status = record["status"] if record["status"] == "complete" else f"FAILED ({record['reason']})"
-    print(f"{label}: {status} in {record['timings']['total_s']:.1f}s ({key})", flush=True)
-    return {"key": key, "status": record["status"]}
+def state_of(path: Path, key: str, roots: tuple[str, ...], record: dict | None = None) -> State:
+    """The one status reader: missing, corrupt (unreadable, or its key is not the folder's), failed
+    (with its reason), stale (complete but by other code) or complete. record: the file's content
+    when already read."""
+    if record is None:
+        try:
+            record = read_record(path)
+        except FileNotFoundError:
+            return State(Status.missing)
+        except CorruptRecord as e:
+            return State(Status.corrupt, reason=str(e))
+    if record["key"] != key:
+        return State(Status.corrupt, record, f"{path}: key field {record['key']!r} does not match {key!r}")
+    if record["status"] != "complete":
+        return State(Status.failed, record, record.get("reason", ""))
+    made_by = (record.get("provenance") or {}).get("fingerprint")
+    if made_by != fingerprint(tuple(roots)):
+        return State(Status.stale, record, "made by other code" if made_by else "made before records had provenance")
+    return State(Status.complete, record)

@@ -1,9 +1,8 @@
 """Job records: one JSON file per job, written atomically, read back with checks.
 
-Layout: <outputs>/runs/<experiment>/<key>/record.json. A record holds the
-resolved semantic config, status ('complete' or 'failed' with a reason),
-derived quantities, final metrics and curves (one value per seed), optional
-arrays, timings and versions. Later stages read nothing else.
+Layout: <outputs>/runs/<experiment>/<key>/record.json (training), <outputs>/theory/<curve>/<key>/
+(theory curves), <outputs>/derived/<analysis>/<key>/ (derived analyses); jobs.job says what a record
+holds and reads its status. Later stages read nothing else.
 """
 
 from __future__ import annotations
@@ -61,14 +60,6 @@ def read_record(path: Path) -> dict:
     if rec["status"] == "complete" and "metrics" not in rec:
         raise CorruptRecord(f"{path}: complete but has no metrics")
     return rec
-
-
-def is_complete(path: Path) -> bool:
-    """True when a readable record with status 'complete' exists (corrupt or failed: run again)."""
-    try:
-        return read_record(path)["status"] == "complete"
-    except (CorruptRecord, FileNotFoundError):
-        return False
 
 
 def scan(outputs: str | Path, experiment: str) -> Iterator[tuple[Path, dict | CorruptRecord]]:

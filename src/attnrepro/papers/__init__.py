@@ -2,6 +2,7 @@
 and figures. A paper package's ``__init__`` declares, without importing anything:
 
   TASKS   {task.name: module}   the module's build(task, model, train, gens) -> (problem, derived)
+  SOLVERS {model.name: module}  models solved, not trained: the module's fit(cfg) -> record fields
   CONFIG  module                 the config schemas: SCHEMAS, checks(cfg, need), RESOLVERS
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
   THEORY  module or None         the theory curves: CURVES (jobs.theory runs them)
@@ -31,12 +32,20 @@ def submodule(package: ModuleType, name: str) -> ModuleType:
     return importlib.import_module(f"{package.__name__}.{name}")
 
 
-def builder(task_name: str):
-    """The build(task, model, train, gens) -> (problem, derived) function of a task."""
+def compute_module(task_name: str, model_name: str) -> str:
+    """The module that computes a job: the model's solver if it has one, else the task's problem."""
+    for package in packages():
+        if model_name in getattr(package, "SOLVERS", {}):
+            return f"{package.__name__}.{package.SOLVERS[model_name]}"
     for package in packages():
         if task_name in package.TASKS:
-            return submodule(package, package.TASKS[task_name]).build
+            return f"{package.__name__}.{package.TASKS[task_name]}"
     raise ValueError(f"no problem for task.name={task_name!r}")
+
+
+def builder(task_name: str):
+    """The build(task, model, train, gens) -> (problem, derived) function of a task."""
+    return importlib.import_module(compute_module(task_name, "")).build
 
 
 def config_modules() -> list[ModuleType]:

@@ -86,8 +86,8 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
         data[exp] = load_experiment(outputs, exp, profile, all_records)
         if exp in theory_experiments():
             try:
-                settings = settings or theory_settings(profile)
-                data[exp].theory, data[exp].status["theory"] = load_theory(outputs, exp, settings)
+                settings = settings or theory_settings(profile, [f"paths.outputs={outputs}"])
+                data[exp].theory, data[exp].status["theory"] = load_theory(exp, settings)
             except Exception as e:  # a broken theory conf must not hide the simulations
                 data[exp].status["theory_error"] = error_text(e)
                 log(f"{exp}: THEORY NOT LOADED: {type(e).__name__}: {e}")

@@ -1,11 +1,14 @@
 """The one generic path from records to a figure, and the registry of figure specs.
 
-A figure is a small spec: the experiments it reads (sources), a caption, and three
-functions -- table(data) builds the tidy table behind it from the sources' frames,
-plot(table) draws it, claims(table) tests the paper's claims on it. Aggregation
-calls only ``table``; the figure stage reads the saved table and calls ``plot`` and
+A figure is a small spec: the experiments it reads (sources), a caption, and up to four
+functions -- table(data) builds the tidy table behind it from the sources' frames;
+estimates(table), when the figure has any, computes the numbers its plot and claims share
+(bootstrap intervals, fitted laws, crossings: a tidy frame, see stats.estimates) once;
+plot(table, estimates) draws it and claims(table, estimates) tests the paper's claims on it
+(estimates is None for a figure without). Aggregation calls only ``table``; the figure stage
+reads the saved table, computes the estimates, saves them beside it and calls ``plot`` and
 ``claims``. Each paper package names its figure modules (papers.figure_modules), each of which
-registers its specs on import.
+registers its spec on import.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import importlib
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from attnrepro.report.claims import Claim
+from attnrepro.report.claims import Claim, id_errors
 from attnrepro.report.tables import ExperimentData
+
+Estimates = Optional[pd.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,13 @@ class FigureSpec:
     sources: tuple[str, ...]
     caption: str
     table: Callable[[Mapping[str, ExperimentData]], pd.DataFrame]
-    plot: Callable[[pd.DataFrame], Figure]
-    claims: Callable[[pd.DataFrame], list[Claim]]
+    plot: Callable[[pd.DataFrame, Estimates], Figure]
+    claims: Callable[[pd.DataFrame, Estimates], list[Claim]]
+    estimates: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+
+    def estimate(self, table: pd.DataFrame) -> Estimates:
+        """The figure's estimates on the table (None when it has none)."""
+        return self.estimates(table) if self.estimates is not None else None
 
 
 REGISTRY: dict[str, FigureSpec] = {}
@@ -62,17 +72,21 @@ def error_text(e: BaseException) -> str:
 
 @dataclass
 class Rendered:
-    """A spec drawn from its table: the figure, its claims, and the error text of any step that failed."""
+    """A spec drawn from its table: the figure, its estimates and claims, and the error text of
+    any step that failed."""
 
     spec: FigureSpec
     figure: Figure | None
+    estimates: Estimates = None
     claims: list[Claim] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
 def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
-    """plot and claims of a spec on its table; an empty or absent table gives a placeholder
-    figure and the claims' 'not enough data' rows. A failing step is reported, not raised."""
+    """estimates, plot and claims of a spec on its table; an empty or absent table gives a
+    placeholder figure and the claims' 'not enough data' rows. A failing step is reported, not
+    raised (failing estimates leave a placeholder and no claims); so are missing, foreign or
+    duplicate claim ids."""
     from attnrepro.report.plotting import placeholder
 
     out = Rendered(spec, None)
@@ -82,12 +96,20 @@ def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
         except Exception:
             table = pd.DataFrame()
     try:
-        out.figure = spec.plot(table) if not table.empty else placeholder(spec.name, "no data: run the sweep")
+        out.estimates = spec.estimate(table)
+    except Exception as e:
+        out.errors.append(f"estimates: {error_text(e)}")
+        out.figure = placeholder(spec.name, f"estimates failed: {type(e).__name__}")
+        return out
+    try:
+        out.figure = (spec.plot(table, out.estimates) if not table.empty
+                      else placeholder(spec.name, "no data: run the sweep"))
     except Exception as e:
         out.errors.append(f"plot: {error_text(e)}")
         out.figure = placeholder(spec.name, f"plot failed: {type(e).__name__}")
     try:
-        out.claims = list(spec.claims(table))
+        out.claims = list(spec.claims(table, out.estimates))
     except Exception as e:
         out.errors.append(f"claims: {error_text(e)}")
+    out.errors += [f"claims: {e}" for e in id_errors(spec.name, out.claims)]
     return out

@@ -21,7 +21,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from attnrepro.report.claims import fmt  # noqa: E402
 from attnrepro.stats.fits import PowerLaw  # noqa: E402
-from attnrepro.stats.summaries import Crossings  # noqa: E402
+from attnrepro.stats.summaries import CrossingSummary  # noqa: E402
 
 sns.set_theme(context="paper", style="whitegrid")
 PANEL = (4.4, 3.5)
@@ -84,9 +84,9 @@ def fit_label(name: str, fit: PowerLaw, lo: float, hi: float, symbol: str = "slo
     return f"{name}: {symbol} {fmt(fit.slope)} [{fmt(lo)}, {fmt(hi)}]"
 
 
-def crossing_points(ax: plt.Axes, c: Crossings, label: str, color, marker: str = "o") -> None:
+def crossing_points(ax: plt.Axes, c: CrossingSummary, label: str, color, marker: str = "o") -> None:
     """x*(g) with its bootstrap 95% CI as error bars; censored points (upper bounds) drawn hollow."""
-    lo, hi = c.ci()
+    lo, hi = c.lo, c.hi
     y = c.point
     ok = np.isfinite(y)
     if not ok.any():

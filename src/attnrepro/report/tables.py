@@ -25,13 +25,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from attnrepro.jobs.job import State, Status
 from attnrepro.jobs.records import CorruptRecord, scan
+from attnrepro.jobs.training import record_state
 
 
 @dataclass
 class ExperimentData:
     """The frames of one experiment plus its sweep status (see :func:`load_experiment`), and the
-    rows of its theory curves (runs.theory_runs.load; empty for experiments without theory)."""
+    rows of its theory curves (jobs.theory.load; empty for experiments without theory)."""
 
     experiment: str
     final: pd.DataFrame
@@ -39,6 +41,7 @@ class ExperimentData:
     arrays: pd.DataFrame
     status: dict = field(default_factory=dict)
     theory: pd.DataFrame = field(default_factory=pd.DataFrame)
+    outputs: Path | None = None  # where derived analyses of these records are cached (jobs.derived)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -174,19 +177,23 @@ def expected(experiment: str, profile: str, outputs: str) -> tuple[list[tuple[li
         return None, {}, f"{type(e).__name__}: {e}"
 
 
-def _check_key(path: Path, rec: dict | CorruptRecord) -> dict | CorruptRecord:
-    """A record whose key field is not its folder's name is corrupt (copied or edited by hand)."""
-    if isinstance(rec, dict) and rec["key"] != path.parent.name:
-        return CorruptRecord(f"{path}: key field {rec['key']!r} does not match its folder")
-    return rec
+def _state(path: Path, rec: dict | CorruptRecord) -> State:
+    """The typed status of a scanned record (jobs.job.state_of: corrupt, failed, stale, complete)."""
+    if isinstance(rec, CorruptRecord):
+        return State(Status.corrupt, reason=str(rec))
+    try:
+        return record_state(path, rec)
+    except (KeyError, TypeError, ValueError) as e:  # a config that names no known task or model
+        return State(Status.corrupt, rec, f"{path}: {type(e).__name__}: {e}")
 
 
 def load_experiment(outputs: str | Path, experiment: str, profile: str, all_records: bool = False) -> ExperimentData:
     """Frames of the experiment's complete records in the profile's grid, and its status:
 
     status = {experiment, profile, grid, expected, complete, failed: [{key, overrides, reason}],
-    corrupt: [{key, path, error}], missing: [{key, overrides}], other (records of the
-    experiment not in this profile's grid: ignored), grid_error, example_config}.
+    stale: [{key, overrides, reason}] (complete records made by other code: left out until the
+    sweep runs them again), corrupt: [{key, path, error}], missing: [{key, overrides}], other
+    (records of the experiment not in this profile's grid: ignored), grid_error, example_config}.
     When the grid cannot be expanded (grid_error), or with all_records (runs made with your own
     overrides), every complete record is used.
     """
@@ -194,26 +201,29 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str, all_reco
     if all_records:
         jobs = None
     want = None if jobs is None else {key: ov for ov, key in jobs}
-    scanned = {path.parent.name: (path, _check_key(path, rec)) for path, rec in scan(outputs, experiment)}
+    scanned = {path.parent.name: (path, _state(path, rec)) for path, rec in scan(outputs, experiment)}
     order = list(want) if want is not None else sorted(scanned)  # lists follow the grid's order
-    found: dict[str, Any] = {k: scanned[k] for k in order if k in scanned}
+    found: dict[str, tuple[Path, State]] = {k: scanned[k] for k in order if k in scanned}
     other = len(scanned) - len(found)
-    complete = [rec for _, rec in found.values() if isinstance(rec, dict) and rec["status"] == "complete"]
+    complete = [s.record for _, s in found.values() if s.status is Status.complete]
     final, curves, arrays, bad = frames(complete)
     bad_keys = {b["key"] for b in bad}
 
-    def overrides(key: str, rec: dict) -> list[str]:
-        return (want or {}).get(key) or rec.get("overrides", [])
+    def overrides(key: str, state: State) -> list[str]:
+        return (want or {}).get(key) or (state.record or {}).get("overrides", [])
+
+    def listed(status: Status) -> list[dict]:
+        return [{"key": k, "overrides": overrides(k, s), "reason": s.reason} for k, (_, s) in found.items()
+                if s.status is status]
 
     status = {
         "experiment": experiment, "profile": profile, "grid": grid_spec, "grid_error": grid_error,
         "expected": len(want) if want is not None else None,
         "complete": len(complete) - len(bad),
-        "failed": [{"key": k, "overrides": overrides(k, r), "reason": r.get("reason", "")}
-                   for k, (_, r) in found.items()
-                   if isinstance(r, dict) and r["status"] != "complete"],
-        "corrupt": [{"key": k, "path": str(p), "error": str(r)} for k, (p, r) in found.items()
-                    if isinstance(r, CorruptRecord)]
+        "failed": listed(Status.failed),
+        "stale": listed(Status.stale),
+        "corrupt": [{"key": k, "path": str(p), "error": s.reason} for k, (p, s) in found.items()
+                    if s.status is Status.corrupt]
         + [{"key": b["key"], "path": str(found[b["key"]][0]), "error": b["error"]} for b in bad],
         "missing": [{"key": k, "overrides": ov} for k, ov in (want or {}).items()
                     if k not in found],
@@ -221,21 +231,21 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str, all_reco
         "example_config": next(({"overrides": r.get("overrides", []), "config": r["config"]}
                                 for r in complete if r["key"] not in bad_keys), None),
     }
-    return ExperimentData(experiment, final, curves, arrays, status)
+    return ExperimentData(experiment, final, curves, arrays, status, outputs=Path(outputs))
 
 
 def status_line(status: dict) -> str:
     """'xor_phase_dm: 34/36 complete, 1 failed, 0 corrupt, 1 missing' (+ records of other grids)."""
     exp = status.get("expected")
     line = (f"{status['experiment']}: {status['complete']}/{exp if exp is not None else '?'} complete, "
-            f"{len(status['failed'])} failed, {len(status['corrupt'])} corrupt, "
+            f"{len(status['failed'])} failed, {len(status.get('stale', []))} stale, {len(status['corrupt'])} corrupt, "
             f"{len(status['missing'])} missing")
     if status.get("other"):
         line += f", {status['other']} records not in this profile's grid (other profile or config) ignored"
     th = status.get("theory")
     if th:
         line += (f"; theory {th['complete']}/{th['expected']} curves, {len(th['failed'])} failed, "
-                 f"{len(th['missing'])} missing")
+                 f"{len(th.get('stale', []))} stale, {len(th['missing'])} missing")
     return line
 
 

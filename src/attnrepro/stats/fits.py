@@ -1,4 +1,5 @@
-"""Fits behind the figures: power laws, polylog laws, threshold crossings, binomial errors, bootstrap.
+"""Fits behind the figures: power laws, polylog laws, finite-size extrapolation, threshold crossings,
+binomial errors, bootstrap.
 
 Every function takes plain arrays (or a tidy frame for the bootstrap) and
 returns NaN, never raises, when the data cannot support the estimate (too few
@@ -56,6 +57,17 @@ def polylog_fit(d: Sequence[float], m: Sequence[float]) -> PowerLaw:
     return power_law_fit(np.log2(np.asarray(d, dtype=float)), m)
 
 
+def finite_size_fit(size: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """(y_inf, c) of y(size) = y_inf + c / size by least squares in 1/size over the finite y
+    (NaN, NaN with fewer than two)."""
+    size, y = np.asarray(size, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(y)
+    if ok.sum() < 2:
+        return NAN, NAN
+    c, y_inf = np.polyfit(1.0 / size[ok], y[ok], 1)
+    return float(y_inf), float(c)
+
+
 def threshold_crossing(x: Sequence[float], rate: Sequence[float], level: float,
                        interpolate: bool = True, log_x: bool = True) -> float:
     """Smallest x at which the curve rate(x) reaches ``level``.
@@ -109,6 +121,17 @@ def resamples(df: pd.DataFrame, by: Sequence[str], n_boot: int = 200, seed: int 
     groups = [np.asarray(ix) for ix in df.groupby(list(by), sort=True).indices.values()]  # order-independent
     for _ in range(n_boot):
         yield np.concatenate([g[rng.integers(0, g.size, g.size)] for g in groups])
+
+
+def cluster_resamples(df: pd.DataFrame, stratum: str, cluster: str, n_boot: int = 200,
+                      seed: int = 0) -> Iterator[pd.DataFrame]:
+    """``n_boot`` resamples of df that draw, within every value of ``stratum``, its clusters (values
+    of ``cluster``, e.g. seeds) with replacement, each with all its rows. Deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    groups = {v: {c: g.index.to_numpy() for c, g in h.groupby(cluster)} for v, h in df.groupby(stratum, sort=True)}
+    for _ in range(n_boot):
+        rows = [members[c] for members in groups.values() for c in rng.choice(list(members), len(members))]
+        yield df.loc[np.concatenate(rows)]
 
 
 def bootstrap(df: pd.DataFrame, by: Sequence[str], statistic: Callable[[pd.DataFrame], object],

@@ -47,17 +47,20 @@ def summary(df: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*by, *STATS])
 
 
-def mean_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "") -> Claim:
-    """A claim on the mean over seeds, with its standard error as the uncertainty."""
+def mean_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "", *,
+               key: str = "") -> Claim:
+    """A claim (id <figure>/<key>) on the mean over seeds, with its standard error as the uncertainty."""
     mean, se, n = mean_se(values)
-    return judge(figure, text, mean, passes, f"± {fmt(se)} (s.e., {n} seeds)", detail)
+    return judge(figure, text, mean, passes, f"± {fmt(se)} (s.e., {n} seeds)", detail, key=key)
 
 
-def median_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "") -> Claim:
-    """A claim on the median over seeds, with the inter-quartile range as the uncertainty."""
+def median_claim(figure: str, text: str, values, passes: Callable[[float], bool], detail: str = "", *,
+                 key: str = "") -> Claim:
+    """A claim (id <figure>/<key>) on the median over seeds, with the inter-quartile range as the
+    uncertainty."""
     v = finite(values)
     q1, med, q3 = quantiles(v)
-    return judge(figure, text, med, passes, interval(q1, q3, f"IQR, {v.size} seeds"), detail)
+    return judge(figure, text, med, passes, interval(q1, q3, f"IQR, {v.size} seeds"), detail, key=key)
 
 
 def difference(a, b) -> tuple[float, float]:

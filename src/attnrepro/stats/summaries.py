@@ -4,18 +4,32 @@ A per-seed table has one row per (job key, replica) and a boolean success column
 The success rate of a grid point is the fraction of its seeds that succeed; the
 crossing x*(g) of a family of curves rate(x | g) is where the curve of g first
 reaches a level (fits.threshold_crossing); its uncertainty comes from the seed
-bootstrap (fits.bootstrap, resampling seeds within each job).
+bootstrap (fits.bootstrap, resampling seeds within each job). A :class:`CrossingSummary` holds
+the numbers of a family of crossings (no replicates) and moves them to and from a figure's
+estimates frame (stats.estimates).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from attnrepro.stats.fits import NAN, PowerLaw, binomial_se, percentile_ci, power_law_fit, resamples, threshold_crossing
+from attnrepro.stats import estimates
+from attnrepro.stats.fits import (
+    NAN,
+    PowerLaw,
+    binomial_se,
+    percentile_ci,
+    polylog_fit,
+    power_law_fit,
+    resamples,
+    threshold_crossing,
+)
+
+FITS = {"power": power_law_fit, "polylog": polylog_fit}  # the laws x*(g) is fitted with, by name
 
 
 def rate_table(df: pd.DataFrame, by: Sequence[str], success: str = "success") -> pd.DataFrame:
@@ -67,10 +81,56 @@ class Crossings:
                   for row in self.boot]
         return (fit, *percentile_ci(slopes, level))
 
-    def frame(self) -> pd.DataFrame:
+    def summary(self, fits: Sequence[str] = ("power",)) -> CrossingSummary:
+        """The crossings' numbers: x*(g) with its 95% CI, censoring, and each named fit (FITS)
+        of x* vs g with its slope CI."""
         lo, hi = self.ci()
-        return pd.DataFrame({self.group: self.groups, "level": self.level, f"{self.x}_star": self.point,
-                             "lo": lo, "hi": hi, "censored": self.censored})
+        return CrossingSummary(self.group, self.x, self.level, self.groups, self.point, lo, hi, self.censored,
+                               {name: self.fit(FITS[name]) for name in fits})
+
+
+@dataclass
+class CrossingSummary:
+    """A family of crossings as numbers: x*(g) per g (point), its 95% bootstrap CI (lo, hi), whether
+    it is an upper bound (censored), and fits[name] = (law of x* vs g, lower, upper end of the
+    slope's 95% bootstrap CI), as :meth:`Crossings.fit` gives them."""
+
+    group: str
+    x: str
+    level: float
+    groups: np.ndarray
+    point: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    censored: np.ndarray
+    fits: Mapping[str, tuple[PowerLaw, float, float]]
+
+    def rows(self, **keys) -> list[dict]:
+        """Estimate rows under ``keys``: per g, "crossing" (x*, lo, hi) and "censored" (1 or 0) with
+        the group's column set to g; per fit, "slope" (with its CI), "intercept" and "n_points"."""
+        out = []
+        for g, v, lo, hi, cens in zip(self.groups, self.point, self.lo, self.hi, self.censored, strict=True):
+            at = {**keys, self.group: g}
+            out += [estimates.row("crossing", v, lo, hi, **at), estimates.row("censored", float(cens), **at)]
+        for name, (law, lo, hi) in self.fits.items():
+            out += [estimates.row("slope", law.slope, lo, hi, **keys, fit=name),
+                    estimates.row("intercept", law.intercept, **keys, fit=name),
+                    estimates.row("n_points", law.n_points, **keys, fit=name)]
+        return out
+
+    @classmethod
+    def read(cls, est: pd.DataFrame, group: str, x: str, level: float, **keys) -> CrossingSummary:
+        """The summary whose :meth:`rows` were saved under ``keys`` in an estimates frame."""
+        pts = estimates.select(est, "crossing", **keys)
+        cens = estimates.values(est, "censored", **keys).astype(bool)
+        fits = {}
+        for name in estimates.select(est, "slope", **keys)["fit"]:
+            slope, lo, hi = estimates.get(est, "slope", **keys, fit=name)
+            law = PowerLaw(slope, estimates.value(est, "intercept", **keys, fit=name),
+                           int(estimates.value(est, "n_points", **keys, fit=name)))
+            fits[name] = (law, lo, hi)
+        return cls(group, x, level, pts[group].to_numpy(dtype=float), pts["value"].to_numpy(dtype=float),
+                   pts["lo"].to_numpy(dtype=float), pts["hi"].to_numpy(dtype=float), cens, fits)
 
 
 def crossings(df: pd.DataFrame, group: str, x: str, level: float, success: str = "success",

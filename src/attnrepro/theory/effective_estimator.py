@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from attnrepro.papers.tied_attention.decomposition import TERMS, decompose
 from attnrepro.papers.tied_attention.task import draw_target
+from attnrepro.theory.error_decomposition import TERMS, decompose
 
 
 def decomposition(d: int, eta: float, delta: float, eps: float, target: str = "wishart", kappa0: float = 0.5,

@@ -29,46 +29,35 @@ class GridSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="grid", node=GridSweeperConf, provider="attnrepro")
 
 
-def _sweep_string(key: str, values: Any) -> str:
-    if OmegaConf.is_list(values) or isinstance(values, (list, tuple)):
-        values = list(values)
-        if not values:
-            raise ValueError(f"grid entry '{key}' is empty: an empty grid has no jobs")
-        return ",".join("null" if v is None else str(v) for v in values)
-    return "null" if values is None else str(values)
-
-
 class GridSweeper(BasicSweeper):
-    def grid_params(self) -> Dict[str, str]:
-        grid = self.config.get("grid") or {}
-        if not grid:
-            return {}
-        profile = self.config.profile.name
-        if profile not in grid:
-            raise ValueError(f"experiment '{self.config.experiment}' has no grid for profile "
-                             f"'{profile}' (it has: {', '.join(grid)})")
-        return {k: _sweep_string(k, v) for k, v in grid[profile].items()}
-
     def job_overrides(self, arguments: List[str]) -> List[List[str]]:
-        """The override list of every job: grid, then hydra.sweeper.params, then the command line."""
+        """The override list of every job: the profile's grid, then hydra.sweeper.params, then the
+        command line, each replacing the same key of the one before, expanded by jobs.grid.product."""
+        from attnrepro.jobs.grid import product, profile_grid
+
+        grid = dict(profile_grid(self.config, self.config.profile.name)) if self.config.get("grid") else {}
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(arguments)
-        for ov in overrides:  # e.g. task.d=range(5,5): name the key, not just "no jobs"
-            if ov.is_sweep_override() and not list(ov.sweep_string_iterator()):
-                raise ValueError(f"sweep of '{ov.get_key_element()}' is empty: an empty grid has no jobs")
-        batches = self.split_arguments(overrides, None)
-        return [list(job) for batch in batches for job in batch]
+        given = [f"{k}={v}" for k, v in (self.params or {}).items()] + list(arguments)
+        for ov in parser.parse_overrides(given):
+            key = ov.get_key_element()
+            if ov.is_sweep_override():
+                values = list(ov.sweep_string_iterator())
+                if not values:  # e.g. task.d=range(5,5): name the key, not just "no jobs"
+                    raise ValueError(f"sweep of '{key}' is empty: an empty grid has no jobs")
+            else:
+                values = [ov.get_value_element_as_str()]
+            grid.pop(key, None)
+            grid[key] = values
+        return [[f"{k}={'null' if v is None else v}" for k, v in point.items()] for point in product(grid)]
 
     def sweep(self, arguments: List[str]) -> Any:
-        """Compose and validate every job, set aside those whose record is complete, launch the rest."""
+        """Compose and validate every job, set aside those whose record is complete (and made by this
+        code), launch the rest."""
         from attnrepro.config import ConfigError, validate
-        from attnrepro.jobs.keys import job_key
-        from attnrepro.jobs.records import is_complete, record_path
+        from attnrepro.jobs.training import training_job
 
-        params = {**self.grid_params(), **(self.params or {})}
-        arguments = [*(f"{k}={v}" for k, v in params.items()), *arguments]
-        self.params = {}
         jobs = self.job_overrides(arguments)
+        self.params = {}
         if not jobs:
             raise ValueError("the sweep has no jobs")
         errors, pending, done = [], [], []
@@ -81,8 +70,8 @@ class GridSweeper(BasicSweeper):
             except ConfigError as e:
                 errors.append(f"{' '.join(job)}: {e}")
                 continue
-            key = job_key(cfg)
-            (done if is_complete(record_path(cfg.paths.outputs, cfg.experiment, key)) else pending).append((job, key))
+            spec = training_job(cfg)
+            (done if spec.state().done else pending).append((job, spec.key))
         if errors:
             raise ConfigError(f"{len(errors)} of {len(jobs)} jobs have invalid configs; none was run:\n"
                               + "\n".join(errors))

@@ -4,5 +4,6 @@ attention fail."""
 
 TASKS = {"sparse_xor": "problem"}
 CONFIG = "config"
-FIGURES = ("figures",)
+FIGURES = ("figures.xor_one_step_attention", "figures.xor_phase_dm", "figures.xor_attention_variants",
+           "figures.xor_sample_complexity", "figures.xor_params_vs_ffnn")
 THEORY = None

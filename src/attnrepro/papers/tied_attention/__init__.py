@@ -3,6 +3,9 @@ ERM's test and training error, the spectrum of the learned weights, factorized v
 the interpolation threshold and power-law scaling laws, with the state evolution beside them."""
 
 TASKS = {"attention_indexed": "problem"}
+SOLVERS = {"psd_exact_fit": "exact_fit_problem"}
 CONFIG = "config"
-FIGURES = ("figures", "figure_threshold")
+FIGURES = ("figures.tied_error_vs_alpha", "figures.tied_factorized_vs_direct", "figures.tied_spectra",
+           "figures.tied_scaling_laws", "figures.tied_error_decomposition", "figures.tied_bayes_gap",
+           "figures.tied_interpolation_threshold")
 THEORY = "theory_curves"

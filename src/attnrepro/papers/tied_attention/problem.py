@@ -34,8 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from attnrepro.papers.tied_attention import task as AI
-from attnrepro.papers.tied_attention.decomposition import decompose, relative_column_error
 from attnrepro.papers.tied_attention.model import FactorizedTiedAttention, TiedAttention, draw_student
+from attnrepro.theory.error_decomposition import decompose, relative_column_error
 
 Backward = Optional[Callable[[Tensor], None]]
 

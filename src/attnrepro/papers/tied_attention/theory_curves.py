@@ -148,28 +148,18 @@ def _points(settings) -> int:
     return int(table.get(settings.profile.name, max(table.values())))
 
 
-def softmax_channel(params: Mapping, settings):
-    """The output channel of a parameter point with the settings' Gaussian rule."""
-    from attnrepro.theory.gaussian_rules import make_rule
-    from attnrepro.theory.output_channel import SoftmaxChannel
-
-    se, T = settings.state_evolution, int(params["task.T"])
-    rule = make_rule(se.rule, T * (T + 1) - 2, _points(settings), se.seed)
-    return SoftmaxChannel(T, law_of(params).Q0, float(params["task.Delta"]), rule, float(params["model.beta"]),
-                          float(params["task.beta0"]))
-
-
 def _se_compute(params: dict, settings) -> Columns:
     """The fixed point at every alpha of the job (ascending, each warm-started from the previous
     converged ones); a point that fails is a row with converged = False and its reason."""
-    from attnrepro.theory.state_evolution import state_evolution_curve
+    from attnrepro.theory.erm_curve import erm_state_evolution
 
     se = settings.state_evolution
-    rows = state_evolution_curve(law_of(params), softmax_channel(params, settings), params["task.alpha"],
-                                 float(params["model.lam"]), float(params["model.kappa"]), int(params["task.T"]),
-                                 float(params["task.Delta"]), float(params["task.beta0"]) / float(params["model.beta"]),
-                                 log=lambda line: print(line, flush=True), tol=se.tol, max_evals=se.max_evals,
-                                 nodes=se.nodes)
+    rows = erm_state_evolution(
+        params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
+        Delta=float(params["task.Delta"]), target=params["task.target"], kappa0=params.get("task.kappa0", 0.5),
+        d=params.get("task.d"), gamma=params.get("task.gamma", 1.0), beta=float(params["model.beta"]),
+        beta0=float(params["task.beta0"]), rule=se.rule, points=_points(settings), seed=se.seed, tol=se.tol,
+        max_evals=se.max_evals, nodes=se.nodes, log=lambda line: print(line, flush=True))
     columns = sorted({k for r in rows for k in r})
     out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     out["task.alpha"] = out.pop("alpha")

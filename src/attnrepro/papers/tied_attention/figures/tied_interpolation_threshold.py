@@ -1,17 +1,21 @@
 """Figure tied_interpolation_threshold (paper B, Corollary 3.2): the exact-fit test against alpha_interp.
 
-Per seed the exact-fit test (problems.tied_exact_fit) says whether some PSD S fits the labels' logit
-differences exactly (residual per sample <= 1e-12), or certifies the smallest residual above it;
+Per seed the exact-fit test (papers.tied_attention.exact_fit) says whether some PSD S fits the labels'
+logit differences exactly (residual per sample <= 1e-12), or certifies the smallest residual above it;
 seeds left undecided at the iteration cap are counted apart and left out of the fractions.
 
-Estimates: the fraction of decided seeds that fit, per (Delta, d, alpha), with its binomial s.e.;
-its 50% point alpha_50(d), interpolated linearly in alpha between the grid points around it, with a
-95% seed-bootstrap interval; the extrapolation alpha_50(d) = alpha_inf + c/d by least squares in
-1/d over the d's (its interval from the same bootstrap). A seed is the same target S0 at every alpha
-of a d (replica r draws S0 first from seed + r), so the bootstrap resamples seeds, each with all its
-alphas, independently per d;
-above the threshold the smallest residual per sample against the state evolution of the
-logit-difference channel at lambda -> 0+ (theory.curves "exact_fit_minimum").
+The fraction of decided seeds that fit, per (Delta, d, alpha), has its binomial s.e.; its 50% point
+alpha_50(d) is interpolated linearly in alpha between the grid points around it, and
+alpha_50(d) = alpha_inf + c/d is fitted by least squares in 1/d (stats.fits.finite_size_fit). A seed is
+the same target S0 at every alpha of a d (replica r draws S0 first from seed + r), so the bootstrap
+resamples seeds, each with all its alphas, independently per d. Above the threshold the smallest
+residual per sample is compared with the state evolution of the logit-difference channel at
+lambda -> 0+ (theory curve "exact_fit_minimum").
+
+Estimates (keys task.Delta, task.d; column se = the bootstrap s.e.): "alpha_50" per (Delta, d) and
+"alpha_inf" per Delta, each with its 95% seed-bootstrap interval, "c" (the 1/d coefficient), and, when
+some seeds are undecided, "alpha_inf_undecided_fit" / "alpha_inf_undecided_no_fit": alpha_inf with
+them counted as fits / as no fits.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from attnrepro.papers.tied_attention.figures import at, finish, grid, listing, theory_rows
+from attnrepro.papers.tied_attention.figures.common import at, finish, grid, listing, theory_rows
 from attnrepro.report import series
-from attnrepro.report.claims import Claim, fmt, interval, judge
+from attnrepro.report.claims import Claim, claim_key, fmt, interval, judge
 from attnrepro.report.figure_spec import FigureSpec, register
 from attnrepro.report.plotting import palette
 from attnrepro.report.tables import ExperimentData, select
-from attnrepro.stats.fits import NAN, binomial_se
+from attnrepro.stats import estimates as est
+from attnrepro.stats.fits import NAN, binomial_se, cluster_resamples, finite_size_fit
 
 FIGURE = "tied_interpolation_threshold"
 INTERP_CURVE, MIN_CURVE = "interpolation_threshold", "exact_fit_minimum"
@@ -77,44 +82,33 @@ def half_point(sim: pd.DataFrame) -> float:
     return float(x[i - 1] + (y[i - 1] - 0.5) / (y[i - 1] - y[i]) * (x[i] - x[i - 1]))
 
 
-def extrapolate(ds: np.ndarray, a50: np.ndarray) -> tuple[float, float]:
-    """(alpha_inf, c) of alpha_50(d) = alpha_inf + c / d by least squares (NaN with fewer than 2 d)."""
-    ok = np.isfinite(a50)
-    if ok.sum() < 2:
-        return NAN, NAN
-    c, a_inf = np.polyfit(1.0 / ds[ok], a50[ok], 1)
-    return float(a_inf), float(c)
+def _statistic(df: pd.DataFrame, ds: np.ndarray) -> np.ndarray:
+    """[alpha_50(d) for d in ds, alpha_inf] on one Delta's rows."""
+    a50 = np.array([half_point(df[df["task.d"] == d]) for d in ds])
+    return np.r_[a50, finite_size_fit(ds, a50)[0]]
 
 
-def seed_resamples(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0):
-    """Resamples of df that draw, for every d, its seeds with replacement, each with all its rows."""
-    rng = np.random.default_rng(seed)
-    groups = {d: {s: g.index.to_numpy() for s, g in h.groupby("seed")} for d, h in df.groupby("task.d", sort=True)}
-    for _ in range(n_boot):
-        rows = [idx for seeds in groups.values() for s in rng.choice(list(seeds), len(seeds))
-                for idx in [seeds[s]]]
-        yield df.loc[np.concatenate(rows)]
-
-
-def threshold_estimates(sim: pd.DataFrame) -> pd.DataFrame:
-    """Per Delta: alpha_50 per d with its bootstrap interval, and alpha_inf with its interval and s.e."""
-    out = []
-    for delta, g in sim.groupby("task.Delta", sort=True):
+def estimates(table: pd.DataFrame) -> pd.DataFrame:
+    """Per Delta: alpha_50 per d and alpha_inf with their bootstrap intervals and s.e., c, and the
+    undecided seeds' bounds on alpha_inf (module docstring)."""
+    out, sim = [], series.simulation(table)
+    for delta, g in (sim.groupby("task.Delta", sort=True) if not sim.empty else []):
         ds = np.array(sorted(g["task.d"].unique()), dtype=float)
-
-        def statistic(df, ds=ds):
-            a50 = np.array([half_point(df[df["task.d"] == d]) for d in ds])
-            return np.r_[a50, extrapolate(ds, a50)[0]]
-
-        est = statistic(g)
-        boots = np.array([statistic(b) for b in seed_resamples(g)])
+        point = _statistic(g, ds)
+        boots = np.array([_statistic(b, ds) for b in cluster_resamples(g, "task.d", "seed", N_BOOT)])
         for j, d in enumerate([*ds, np.inf]):
             b = boots[:, j]
             b = b[np.isfinite(b)]
             lo, hi = (np.percentile(b, [2.5, 97.5]) if len(b) >= N_BOOT / 2 else (NAN, NAN))
-            out.append({"task.Delta": delta, "task.d": d, "alpha_50": est[j], "lo": lo, "hi": hi,
-                        "boot_se": float(b.std(ddof=1)) if len(b) > 1 else NAN})
-    return pd.DataFrame(out, columns=["task.Delta", "task.d", "alpha_50", "lo", "hi", "boot_se"])
+            se = float(b.std(ddof=1)) if len(b) > 1 else NAN
+            name, at_d = ("alpha_50", {"task.d": d}) if np.isfinite(d) else ("alpha_inf", {})
+            out.append(est.row(name, point[j], lo, hi, **{"task.Delta": delta}, **at_d, se=se))
+        out.append(est.row("c", finite_size_fit(ds, point[:-1])[1], **{"task.Delta": delta}))
+        fits = pd.to_numeric(g["fits"], errors="coerce")
+        if fits.isna().any():  # how much the undecided seeds could move alpha_inf: as fits, then as no fits
+            out += [est.row(f"alpha_inf_undecided_{name}", _statistic(g.assign(fits=fits.fillna(v)), ds)[-1],
+                            **{"task.Delta": delta}) for name, v in (("fit", 1), ("no_fit", 0))]
+    return est.frame(out, ["task.Delta", "task.d"], ["se"])
 
 
 def _theory(table: pd.DataFrame, curve: str) -> pd.DataFrame:
@@ -148,11 +142,10 @@ def residual_deviations(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*KEYS, "sim", "se", "theory", "dev"])
 
 
-def plot(table: pd.DataFrame):
+def plot(table: pd.DataFrame, estimates: pd.DataFrame):
     sim = series.simulation(table)
     deltas = series.levels(sim, "task.Delta")
     fig, axes = grid(max(len(deltas), 1), 3, "the exact-fit test: is there a PSD S with the labels' logit differences?")
-    est = threshold_estimates(sim) if not sim.empty else pd.DataFrame()
     for (a, b, c), delta in zip(axes, deltas, strict=False):
         s = at(sim, task_Delta=delta)
         fr = fractions(s)
@@ -177,13 +170,12 @@ def plot(table: pd.DataFrame):
                 ax.axvline(a_th, color="0.2", ls="-.", lw=1.0, label=f"α_interp = {a_th:.4g}")
         a.axhline(0.5, color="0.6", ls=":", lw=0.8)
         finish(a, "α = n / d²", "fraction of seeds that fit exactly", title=f"Δ = {delta:g}")
-        e = est[est["task.Delta"] == delta] if not est.empty else est
-        fin = e[np.isfinite(e["task.d"])] if len(e) else e
+        fin = est.select(estimates, "alpha_50", **{"task.Delta": delta})
         if len(fin):
-            err = [fin["alpha_50"] - fin["lo"], fin["hi"] - fin["alpha_50"]]
-            b.errorbar(1 / fin["task.d"], fin["alpha_50"], yerr=err,
+            err = [fin["value"] - fin["lo"], fin["hi"] - fin["value"]]
+            b.errorbar(1 / fin["task.d"], fin["value"], yerr=err,
                        marker="o", ms=4, lw=0, elinewidth=0.8, capsize=2, color="C0", label="α_50(d), 95% CI")
-            a_inf, slope = extrapolate(fin["task.d"].to_numpy(float), fin["alpha_50"].to_numpy(float))
+            a_inf, slope = (est.value(estimates, name, **{"task.Delta": delta}) for name in ("alpha_inf", "c"))
             if np.isfinite(a_inf):
                 xs = np.linspace(0, 1 / fin["task.d"].min(), 20)
                 b.plot(xs, a_inf + slope * xs, "-", color="C0", lw=1.0, label=f"α_50 = {a_inf:.4g} + {slope:.3g}/d")
@@ -198,30 +190,30 @@ def plot(table: pd.DataFrame):
     return fig
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     out, sim = [], series.simulation(table)
     if sim.empty:
-        return [judge(FIGURE, "the exact-fit threshold meets α_interp", NAN, lambda v: True)]
-    est = threshold_estimates(sim)
-    for delta, e in est.groupby("task.Delta", sort=True):
+        return [judge(FIGURE, "the exact-fit threshold meets α_interp", NAN, lambda v: True,
+                      key="threshold_extrapolation")]
+    for _, inf in est.select(estimates, "alpha_inf").iterrows():
+        delta = inf["task.Delta"]
         a_th = _alpha_interp(table, delta)
-        per_d = e[np.isfinite(e["task.d"])]
-        inf = e[~np.isfinite(e["task.d"])].iloc[0]
-        s_delta = at(sim, task_Delta=delta)
-        fits = pd.to_numeric(s_delta["fits"], errors="coerce")
-        undecided = int(fits.isna().sum())
-        detail = ("α_50 per d: " + ", ".join(f"d = {r['task.d']:g}: {fmt(r['alpha_50'])} "
+        per_d = est.select(estimates, "alpha_50", **{"task.Delta": delta})
+        undecided = int(pd.to_numeric(at(sim, task_Delta=delta)["fits"], errors="coerce").isna().sum())
+        detail = ("α_50 per d: " + ", ".join(f"d = {r['task.d']:g}: {fmt(r['value'])} "
                                              f"[{fmt(r['lo'])}, {fmt(r['hi'])}]" for _, r in per_d.iterrows())
                   + f"; undecided seeds left out: {undecided}")
-        if undecided:  # how much they could move it: counted as fits, then as no fits
-            bounds = [threshold_estimates(s_delta.assign(fits=fits.fillna(v)))["alpha_50"].iloc[-1] for v in (1, 0)]
+        if undecided:
+            bounds = [est.value(estimates, f"alpha_inf_undecided_{n}", **{"task.Delta": delta})
+                      for n in ("fit", "no_fit")]
             detail += f" (α_inf {fmt(bounds[0])} counting them as fits, {fmt(bounds[1])} as no fits)"
-        tol = lambda v, a=a_th, se=inf["boot_se"]: abs(v - a) <= max(THRESHOLD_LEVEL * a, 2 * se)  # noqa: E731
+        tol = lambda v, a=a_th, se=inf["se"]: abs(v - a) <= max(THRESHOLD_LEVEL * a, 2 * se)  # noqa: E731
         out.append(judge(FIGURE, f"Δ = {delta:g}: the exact-fit threshold extrapolated to d → ∞ (α_50 = α_inf + c/d "
                                  f"over d = {', '.join(f'{d:g}' for d in per_d['task.d'])}) equals α_interp = "
                                  f"{fmt(a_th, 4)} (paper B, Cor. 3.2; holds within {THRESHOLD_LEVEL:.0%} or 2 "
-                                 "bootstrap s.e.)", float(inf["alpha_50"]), tol,
-                         f"{interval(inf['lo'], inf['hi'], '95% seed-bootstrap CI')}", detail))
+                                 "bootstrap s.e.)", float(inf["value"]), tol,
+                         f"{interval(inf['lo'], inf['hi'], '95% seed-bootstrap CI')}", detail,
+                         key=claim_key("threshold_extrapolation", Delta=delta)))
     dev = residual_deviations(table)
     for delta, g in dev.groupby("task.Delta", sort=True):
         a_th = _alpha_interp(table, delta)
@@ -233,7 +225,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                                  f"(measured: median |relative deviation| over α; holds at most {RESIDUAL_LEVEL:.0%})",
                          float(top["dev"].abs().median()) if len(top) else NAN, lambda v: v <= RESIDUAL_LEVEL,
                          f"{len(top)} α", "deviations at every α and d: " + "; ".join(
-                             f"d = {d:g}: " + listing(h["task.alpha"], h["dev"]) for d, h in g.groupby("task.d"))))
+                             f"d = {d:g}: " + listing(h["task.alpha"], h["dev"]) for d, h in g.groupby("task.d")),
+                         key=claim_key("residual_matches_theory", Delta=delta)))
         ds = sorted(g["task.d"].unique())
         if len(ds) >= 2:
             near = {d: float(g[g["task.d"] == d]["dev"].abs().median()) for d in ds}
@@ -241,12 +234,13 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                                      f"α_interp shrinks as d grows (finite-size rounding; measured: median |relative "
                                      f"deviation| at d = {ds[-1]:g} over that at d = {ds[0]:g})",
                              near[ds[-1]] / near[ds[0]], lambda v: v < 1, "",
-                             ", ".join(f"d = {d:g}: {fmt(v)}" for d, v in near.items())))
+                             ", ".join(f"d = {d:g}: {fmt(v)}" for d, v in near.items()),
+                             key=claim_key("residual_deviation_shrinks", Delta=delta)))
     return out
 
 
-register(FigureSpec(
-    name=FIGURE, sources=(FIGURE,), table=table, plot=plot, claims=claims,
+SPEC = register(FigureSpec(
+    name=FIGURE, sources=(FIGURE,), table=table, plot=plot, claims=claims, estimates=estimates,
     caption="The exact-fit test at λ = 0 (Wishart target κ0 = 0.5, T = 2, noisy labels): per seed, PSD least squares "
             "on the labels' logit differences (accelerated projected gradient; an exact fit is a residual per sample "
             "≤ 1e-12, otherwise a minimum certified by a duality gap ≤ 1e-6). Left: the fraction of seeds that fit "

@@ -1,0 +1,5 @@
+import sys
+
+from attnrepro.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The stages as commands of the `attnrepro` console entry point (attnrepro.cli), one module each."""

@@ -1,0 +1,126 @@
+"""Training jobs: one grid point (all its seeds as replicas), its key the hash of its semantic config.
+
+Record: <outputs>/runs/<experiment>/<key>/record.json (jobs.job), with the derived quantities,
+final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.SOLVERS).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnrepro.config import SEMANTIC_KEYS, validate
+from attnrepro.jobs.job import Job, State, digest, state_of
+from attnrepro.jobs.records import record_path
+from attnrepro.papers import compute_module
+
+FIT = ("attnrepro.jobs.fit", "attnrepro.lit.replica")  # the trainer, for every trained model
+
+
+def semantic_config(cfg: DictConfig) -> dict:
+    """task, model, train, seed, n_seeds, resolved, as plain JSON-able data."""
+    return {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True)
+            if OmegaConf.is_config(cfg[k]) else cfg[k] for k in SEMANTIC_KEYS}
+
+
+def job_key(cfg: DictConfig) -> str:
+    return digest(semantic_config(cfg))
+
+
+def _solver(task_name: str, model_name: str) -> tuple[str, bool]:
+    """(the module computing the job, whether it is a solver rather than a trained problem)."""
+    module = compute_module(task_name, model_name)
+    package, name = module.rsplit(".", 1)
+    return module, importlib.import_module(package).TASKS.get(task_name) != name
+
+
+def roots(task_name: str, model_name: str) -> tuple[str, ...]:
+    """The modules a training record's numbers come from: the solver, or the trainer and the problem."""
+    module, solved = _solver(task_name, model_name)
+    return (module,) if solved else (*FIT, module)
+
+
+def training_job(cfg: DictConfig) -> Job:
+    config = semantic_config(cfg)
+    key = digest(config)
+    return Job("train", cfg.experiment, key, record_path(cfg.paths.outputs, cfg.experiment, key), config,
+               roots(cfg.task.name, cfg.model.name))
+
+
+def record_state(path: Path, record: dict) -> State:
+    """The state of a training record read from disk, its roots named by its own config."""
+    names = record["config"]["task"]["name"], record["config"]["model"]["name"]
+    return state_of(path, path.parent.name, roots(*names), record)
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("attnrepro", "torch", "pytorch-lightning", "hydra-core", "omegaconf", "numpy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _hydra_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:
+        return []
+
+
+def _job_label() -> str:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        num = HydraConfig.get().job.num
+    except Exception:
+        return "job"
+    total = os.environ.get("ATTNREPRO_SWEEP_SIZE", "?")
+    return f"job {num + 1}/{total}"
+
+
+def _compute(obj, trainer_cfg):
+    module, solved = _solver(obj.task.name, obj.model.name)
+    if solved:
+        return lambda: importlib.import_module(module).fit(obj)
+    from attnrepro.jobs.fit import fit
+
+    return lambda: fit(obj, trainer_cfg)
+
+
+def run_job(cfg: DictConfig) -> dict:
+    """Run one grid point (all its seeds as replicas) and write its record, unless a complete
+    record made by this code exists.
+
+    Raises ConfigError on a bad config (before any work). Any failure during training (exception,
+    non-finite loss) is recorded as status 'failed' with its reason; the caller's sweep goes on.
+    """
+    obj = validate(cfg)
+    job = training_job(cfg)
+    overrides = _hydra_overrides()
+    label = f"[{cfg.experiment}] {_job_label()} {' '.join(overrides) or '(defaults)'}"
+    before = job.state()
+    if before.done:
+        print(f"{label}: done before, skipped ({job.key})", flush=True)
+        return {"key": job.key, "status": "skipped"}
+    if before.status.value == "stale":
+        print(f"{label}: record is stale ({before.reason}), run again", flush=True)
+
+    from attnrepro.jobs.tracking import make_tracker
+
+    tracker = make_tracker(cfg, job.key, job.path.parent)
+    record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},
+                         before_write=tracker.finish)
+    status = record["status"] if record["status"] == "complete" else f"FAILED ({record['reason']})"
+    print(f"{label}: {status} in {record['timings']['total_s']:.1f}s ({job.key})", flush=True)
+    return {"key": job.key, "status": record["status"]}

@@ -1,0 +1,64 @@
+"""claims.csv against a reference claims table, claim by claim (matched on the stable claim id).
+
+The quick profile's reference lies in the repo (reference/claims_quick.csv) and is refreshed on
+purpose (`attnrepro figures refresh_reference=true`). A claim has changed when its verdict flips or
+its measured value moves by more than ``rtol`` (relative); claims present on one side only are
+listed as added or removed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+REFERENCE_DIR = Path(__file__).resolve().parents[3] / "reference"
+RTOL = 1e-9
+
+
+def reference_path(profile: str) -> Path:
+    return REFERENCE_DIR / f"claims_{profile}.csv"
+
+
+def _moved(a: float, b: float, rtol: float) -> bool:
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.isfinite(a) != math.isfinite(b)
+    return abs(a - b) > rtol * max(abs(a), abs(b), 1e-300)
+
+
+def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -> pd.DataFrame:
+    """One row per claim that differs: id, change (verdict, value, added, removed), measured,
+    reference value, holds, reference holds."""
+    now = claims.set_index("id")
+    ref = reference.set_index("id")
+    rows = []
+    for cid in now.index.union(ref.index, sort=False):
+        if cid not in ref.index or cid not in now.index:
+            side = now if cid in now.index else ref
+            rows.append({"id": cid, "change": "added" if cid in now.index else "removed",
+                         "measured": side.at[cid, "measured"] if cid in now.index else math.nan,
+                         "reference": side.at[cid, "measured"] if cid in ref.index else math.nan,
+                         "holds": side.at[cid, "holds"] if cid in now.index else None,
+                         "reference_holds": side.at[cid, "holds"] if cid in ref.index else None})
+            continue
+        m, r = float(now.at[cid, "measured"]), float(ref.at[cid, "measured"])
+        h, rh = bool(now.at[cid, "holds"]), bool(ref.at[cid, "holds"])
+        change = "verdict" if h != rh else "value" if _moved(m, r, rtol) else ""
+        if change:
+            rows.append({"id": cid, "change": change, "measured": m, "reference": r, "holds": h,
+                         "reference_holds": rh})
+    return pd.DataFrame(rows, columns=["id", "change", "measured", "reference", "holds", "reference_holds"])
+
+
+def against_reference(claims: pd.DataFrame, profile: str | None) -> tuple[pd.DataFrame | None, str]:
+    """(differences, note) of claims against the profile's committed reference; None when there is none."""
+    path = reference_path(profile) if profile else None
+    if path is None or not path.is_file():
+        return None, f"no reference claims table for profile {profile!r}" if profile else "profile unknown"
+    try:
+        reference = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        return None, f"reference {path} unreadable: {e}"
+    diff = compare(claims, reference)
+    return diff, f"against {path.relative_to(REFERENCE_DIR.parent)}: {len(diff)} of {len(claims)} claims differ"

@@ -1,0 +1,24 @@
+"""claims.csv against a reference: matched on ids, relative tolerance, verdicts, added and removed claims."""
+
+import pandas as pd
+
+from attnrepro.report.claims_diff import compare
+
+
+def _claims(rows):
+    return pd.DataFrame(rows, columns=["id", "measured", "holds"])
+
+
+def test_compare_lists_exactly_what_changed():
+    ref = _claims([("a", 1.0, True), ("b", 2.0, True), ("c", 3.0, False), ("gone", 0.0, True),
+                   ("nan", float("nan"), False)])
+    now = _claims([("b", 2.0 * (1 + 1e-12), True), ("a", 1.0 + 1e-6, True), ("c", 3.0, True), ("new", 5.0, True),
+                   ("nan", float("nan"), False)])
+    diff = compare(now, ref).set_index("id")
+    assert diff.loc["a", "change"] == "value" and diff.loc["a", "reference"] == 1.0  # moved by 1e-6 > 1e-9
+    assert "b" not in diff.index  # within the tolerance; and the order of rows does not matter
+    assert diff.loc["c", "change"] == "verdict"
+    assert diff.loc["new", "change"] == "added" and diff.loc["gone", "change"] == "removed"
+    assert "nan" not in diff.index  # not enough data on both sides is no change
+    assert compare(ref, ref).empty
+    assert compare(now, ref, rtol=1e-3).set_index("id").index.tolist() == ["c", "new", "gone"]
