@@ -46,4 +46,4 @@ sync-wandb: install
 	else echo "no offline W&B runs under $(WANDB_RUNS)"; fi
 
 clean:
-	rm -rf outputs/runs outputs/results outputs/figures outputs/report outputs/hydra outputs/theory outputs/bench
+	rm -rf outputs/runs outputs/results outputs/figures outputs/report outputs/hydra outputs/theory outputs/derived outputs/bench

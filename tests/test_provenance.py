@@ -46,7 +46,12 @@ def test_fingerprint_changes_with_code_not_with_docs_or_report(source_copy):
     before = provenance.fingerprint(TIED)
     source_copy("report/html.py", "\nREPORT_CHANGED = 1\n")
     source_copy("papers/tied_attention/model.py", "\n# a comment\n")
+    source_copy("papers/tied_attention/__init__.py", "\nFIGURES = (*FIGURES, 'figures.another')\n")  # a registry
+    source_copy("papers/__init__.py", "\nPACKAGES = (*PACKAGES, 'a_third_paper')\n")
     assert provenance.fingerprint(TIED) == before
+    source_copy("papers/tied_attention/config.py", "\nROUNDING = 'floor'\n")  # the schemas' n(), p(d) decide numbers
+    assert provenance.fingerprint(TIED) != before
+    before = provenance.fingerprint(TIED)
     source_copy("papers/tied_attention/model.py", '\n\ndef _unused():\n    """only a docstring"""\n')
     changed = provenance.fingerprint(TIED)
     assert changed != before

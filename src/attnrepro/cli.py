@@ -22,9 +22,13 @@ HYDRA_APPS = ("train", "theory")
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*COMMANDS, *HYDRA_APPS):
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+        return 0
+    if argv[0] not in (*COMMANDS, *HYDRA_APPS):
+        print(f"attnrepro: unknown command {argv[0]!r}; commands: {', '.join([*COMMANDS, *HYDRA_APPS])}\n{__doc__}",
+              file=sys.stderr)
+        return 2
     command, rest = argv[0], argv[1:]
     if command in HYDRA_APPS:
         from attnrepro.commands import hydra_apps

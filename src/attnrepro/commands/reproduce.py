@@ -11,6 +11,7 @@ nothing changed computes nothing.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -40,7 +41,8 @@ def main(argv: list[str]) -> int:
 
     hydra_overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    args = parse(argv, {"profile": "quick", "experiments": [], "outputs": default_outputs()}, __doc__)
+    args = parse(argv, {"profile": os.environ.get("PROFILE", "quick"), "experiments": [], "outputs": default_outputs()},
+                 __doc__)
     profile, outputs = args["profile"], args["outputs"]
     if profile not in ("smoke", "quick", "paper"):
         raise UsageError(f"profile must be smoke, quick or paper, got {profile!r}")

@@ -3,7 +3,8 @@
 A figure's table calls ``cached(outputs, name, inputs, compute)`` instead of ``compute()``: the
 key hashes the analysis' name and its inputs (the records' keys and the numbers it reads), the
 record (jobs.job, the result's columns as ``metrics``) lies at
-<outputs>/derived/<name>/<key>/record.json and is stale when the analysis' modules changed, so
+<outputs>/derived/<name>/<key>/record.json and is stale when the analysis' modules, or any
+attnrepro module they import (report and stats helpers included), changed, so
 the aggregate stage only reads and joins. A failed analysis is recorded and raised again, for
 the figure's table to report.
 """
@@ -29,7 +30,7 @@ def frame_digest(df: pd.DataFrame) -> str:
 def derived_job(outputs: str | Path, name: str, inputs: object, roots: tuple[str, ...]) -> Job:
     key = digest({"analysis": name, "inputs": inputs})
     return Job("derived", name, key, Path(outputs) / "derived" / name / key / "record.json",
-               {"analysis": name, "inputs_key": key}, tuple(roots), name)
+               {"analysis": name, "inputs_key": key}, tuple(roots), name, skip=())
 
 
 def cached(outputs: str | Path | None, name: str, inputs: object, compute: Callable[[], pd.DataFrame],

@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable
 
-from attnrepro.jobs.provenance import fingerprint, provenance
+from attnrepro.jobs.provenance import NOT_FOLLOWED, fingerprint, provenance
 from attnrepro.jobs.records import SCHEMA, CorruptRecord, read_record, write_record
 
 
@@ -58,9 +58,10 @@ class Job:
     config: dict  # what the key hashes, kept in the record
     roots: tuple[str, ...]  # the modules that compute it (provenance)
     label: str = ""
+    skip: tuple[str, ...] = NOT_FOLLOWED  # modules the fingerprint does not follow (provenance.closure)
 
     def state(self) -> State:
-        return state_of(self.path, self.key, self.roots)
+        return state_of(self.path, self.key, self.roots, skip=self.skip)
 
     def execute(self, compute: Callable[[], dict], extra: dict | None = None,
                 before_write: Callable[[dict], None] | None = None) -> dict:
@@ -68,7 +69,7 @@ class Job:
         record to before_write (e.g. a tracker), then write it: the record, written last, marks
         the job done."""
         record = {"schema": SCHEMA, "kind": self.kind, "key": self.key, "experiment": self.experiment,
-                  "status": "running", "config": self.config, "provenance": provenance(self.roots),
+                  "status": "running", "config": self.config, "provenance": provenance(self.roots, self.skip),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
         t0 = time.perf_counter()
         try:
@@ -83,7 +84,8 @@ class Job:
         return record
 
 
-def state_of(path: Path, key: str, roots: tuple[str, ...], record: dict | None = None) -> State:
+def state_of(path: Path, key: str, roots: tuple[str, ...], record: dict | None = None,
+             skip: tuple[str, ...] = NOT_FOLLOWED) -> State:
     """The one status reader: missing, corrupt (unreadable, or its key is not the folder's), failed
     (with its reason), stale (complete but by other code) or complete. record: the file's content
     when already read."""
@@ -99,6 +101,6 @@ def state_of(path: Path, key: str, roots: tuple[str, ...], record: dict | None =
     if record["status"] != "complete":
         return State(Status.failed, record, record.get("reason", ""))
     made_by = (record.get("provenance") or {}).get("fingerprint")
-    if made_by != fingerprint(tuple(roots)):
+    if made_by != fingerprint(tuple(roots), tuple(skip)):
         return State(Status.stale, record, "made by other code" if made_by else "made before records had provenance")
     return State(Status.complete, record)

@@ -3,7 +3,8 @@
 A job names the modules that compute it (its roots: a paper's problem, a theory curve's module, a
 derived analysis). Their closure under ``import`` (static: every import statement of the module,
 also those inside functions) over attnrepro's own modules, less the machinery that decides no
-number (jobs/, config/, report/, stats/, commands/, figure modules) unless named as a root, is
+number (jobs/, config/, report/, stats/, commands/, figure modules, the papers' registries in their
+``__init__``) unless named as a root, is
 fingerprinted: sha256 over each module's name and syntax tree with docstrings removed. Editing
 a comment, a docstring or the report changes no fingerprint; editing a problem, model or theory
 function does, and the records it made are then stale.
@@ -46,6 +47,12 @@ def module_file(name: str) -> Path | None:
 def _is_figure_module(name: str) -> bool:
     parts = name.split(".")
     return len(parts) > 3 and parts[1] == "papers" and parts[3].startswith("figure")
+
+
+def _is_registry(name: str) -> bool:
+    """attnrepro.papers and a paper package's __init__: lists of names (PACKAGES, TASKS, FIGURES), no numbers."""
+    parts = name.split(".")
+    return parts[:2] == [PACKAGE, "papers"] and len(parts) <= 3
 
 
 def _imports(name: str, tree: ast.AST) -> set[str]:
@@ -97,7 +104,7 @@ def closure(roots: Iterable[str], skip: tuple[str, ...] = NOT_FOLLOWED) -> list[
             continue
         seen.add(name)
         for dep in _parsed(name)[1]:
-            followed = not skip or not dep.startswith(skip) and not _is_figure_module(dep)
+            followed = not skip or not dep.startswith(skip) and not _is_figure_module(dep) and not _is_registry(dep)
             if dep not in seen and (followed or dep in roots):
                 todo.append(dep)
     return sorted(seen)
@@ -127,6 +134,6 @@ def commit() -> str | None:
         return None
 
 
-def provenance(roots: tuple[str, ...]) -> dict:
+def provenance(roots: tuple[str, ...], skip: tuple[str, ...] = NOT_FOLLOWED) -> dict:
     """What a record says about the code that made it."""
-    return {"commit": commit(), "fingerprint": fingerprint(tuple(roots)), "roots": list(roots)}
+    return {"commit": commit(), "fingerprint": fingerprint(tuple(roots), tuple(skip)), "roots": list(roots)}

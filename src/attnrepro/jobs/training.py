@@ -39,9 +39,12 @@ def _solver(task_name: str, model_name: str) -> tuple[str, bool]:
 
 
 def roots(task_name: str, model_name: str) -> tuple[str, ...]:
-    """The modules a training record's numbers come from: the solver, or the trainer and the problem."""
+    """The modules a training record's numbers come from: the solver, or the trainer and the problem, and
+    the paper's config schemas (their methods give n, p, m from the parameters)."""
     module, solved = _solver(task_name, model_name)
-    return (module,) if solved else (*FIT, module)
+    package = importlib.import_module(module.rsplit(".", 1)[0])
+    config = f"{package.__name__}.{package.CONFIG}"
+    return (module, config) if solved else (*FIT, module, config)
 
 
 def training_job(cfg: DictConfig) -> Job:

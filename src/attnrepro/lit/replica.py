@@ -15,7 +15,7 @@ tolerance serves every n and d, and finite where L -> 0) is at most
 previous log is below ``tol``. Training stops once every replica has converged
 or stalled; with tol = tol_grad = 0 it runs all steps. (The check at a logged
 step pairs that step's gradient, taken before the optimiser moved, with the
-parameters after it: it only decides when to stop.) runs.fit records, per seed,
+parameters after it: it only decides when to stop.) jobs.fit records, per seed,
 the relative gradient recomputed at the final parameters and whether it meets
 tol_grad.
 """

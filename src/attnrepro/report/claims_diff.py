@@ -30,8 +30,8 @@ def _moved(a: float, b: float, rtol: float) -> bool:
 def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -> pd.DataFrame:
     """One row per claim that differs: id, change (verdict, value, added, removed), measured,
     reference value, holds, reference holds."""
-    now = claims.set_index("id")
-    ref = reference.set_index("id")
+    now = claims.drop_duplicates("id").set_index("id")  # repeated ids are reported by the figure stage
+    ref = reference.drop_duplicates("id").set_index("id")
     rows = []
     for cid in now.index.union(ref.index, sort=False):
         if cid not in ref.index or cid not in now.index:

@@ -19,7 +19,7 @@ from attnrepro.report.plotting import palette
 from attnrepro.stats.seed_stats import summary
 
 SOURCE, SIMULATION, THEORY = "source", "simulation", "theory"
-CONVERGED = "converged"  # per seed: met its gradient tolerance (runs.fit); absent or NaN = no criterion
+CONVERGED = "converged"  # per seed: met its gradient tolerance (jobs.fit); absent or NaN = no criterion
 
 
 def part(table: pd.DataFrame, source: str) -> pd.DataFrame:

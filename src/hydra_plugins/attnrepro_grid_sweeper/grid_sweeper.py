@@ -46,8 +46,7 @@ class GridSweeper(BasicSweeper):
                     raise ValueError(f"sweep of '{key}' is empty: an empty grid has no jobs")
             else:
                 values = [ov.get_value_element_as_str()]
-            grid.pop(key, None)
-            grid[key] = values
+            grid[key] = values  # a grid key keeps its place (as BasicSweeper's ordered arguments did)
         return [[f"{k}={'null' if v is None else v}" for k, v in point.items()] for point in product(grid)]
 
     def sweep(self, arguments: List[str]) -> Any:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from attnrepro.jobs.derived import cached
+from attnrepro.papers.tied_attention import effective_estimator
 from attnrepro.papers.tied_attention.figures.common import (
     CONFIG,
     ERROR_VS_ALPHA,
@@ -35,7 +36,6 @@ from attnrepro.report.figure_spec import FigureSpec, register
 from attnrepro.report.tables import ExperimentData
 from attnrepro.stats.fits import NAN
 from attnrepro.stats.seed_stats import mean_se, median_claim
-from attnrepro.theory import effective_estimator
 
 FIGURE = "tied_error_decomposition"
 SUM_RTOL, SUM_ATOL = 1e-4, 1e-9  # the decomposition's terms add up to the estimation error within these
@@ -44,7 +44,7 @@ SUM_RTOL, SUM_ATOL = 1e-4, 1e-9  # the decomposition's terms add up to the estim
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica) of tied_error_vs_alpha with the four terms, their sum and the errors; and
     theory rows: the terms of S_eff = eta ReLU(S0 + delta Z - eps I) at the simulations' d, (eta, delta,
-    eps) from every converged, valid point of the ERM state evolution (theory.effective_estimator)."""
+    eps) from every converged, valid point of the ERM state evolution (papers.tied_attention.effective_estimator)."""
     df = rows(data, ERROR_VS_ALPHA, [*ID, *CONFIG, *METRICS])
     df["terms_sum"] = df[list(TERMS)].sum(axis=1, min_count=len(TERMS))
     se = theory_rows(data, ERROR_VS_ALPHA, SE_CURVE)
