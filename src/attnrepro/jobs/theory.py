@@ -192,7 +192,7 @@ def run(settings: DictConfig, log=print) -> dict[str, int]:
             if state.done:
                 counts["skipped"] += 1
                 log(f"[theory {name}] {job.label}: cached, skipped ({job.key})")
-            elif job.key not in todo or all(j.experiment != name for j in todo[job.key]):
+            else:  # keys are unique within an experiment (jobs() drops repeated points)
                 if state.status is Status.stale and job.key not in todo:
                     log(f"[theory {name}] {job.label}: record is stale ({state.reason}), computed again")
                 todo.setdefault(job.key, []).append(job)
