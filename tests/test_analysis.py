@@ -21,7 +21,7 @@ from attnrepro.report.html import build_report
 from attnrepro.stats import fits, summaries
 
 PAPER_A = ["xor_one_step_attention", "xor_phase_dm", "xor_attention_variants", "xor_sample_complexity",
-           "xor_params_vs_ffnn"]
+           "xor_params_vs_ffnn", "xor_k_parity"]
 
 
 # ---------------------------------------------------------------- fits vs closed forms
@@ -136,6 +136,13 @@ def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> 
         rec["metrics"] = {"test_mse": err, "test_error": err, "train_loss": err}
         return rec
     m = math.ceil(model["m_c"] * math.log2(d) ** 2) if model["m"] is None else model["m"]
+    if model["name"] == "k_head_attention":
+        loss = [0.0 if r > 0 else 0.5 for r in range(n)]
+        rec["derived"] = {"m": m, "eta": 1.0, "n_params": task["k"] * m,
+                          "S": [list(range(r, r + task["k"])) for r in range(n)]}
+        rec["metrics"] = {"loss": loss, "parity_correlation": [1 - v for v in loss],
+                          "split": [float(v == 0) for v in loss]}
+        return rec
     good = model["attention"] == "softmax" and (task["n"] or 10**9) >= 8 * d
     loss = [0.0 if (good and r > 0) else 0.5 for r in range(n)]
     rec["derived"] = {"m": m, "eta": 1.0, "n_params": 2 * m, "p": p, "q": q}
@@ -146,10 +153,12 @@ def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> 
                                         for k, v in rec["metrics"].items()}}
     if train["save_attention"]:
         init = np.full((n, d), 1.0 / d)
-        after = np.zeros((n, d))
-        after[np.arange(n), p] = after[np.arange(n), q] = 0.5
+        after, after_tilde = np.zeros((n, d)), np.zeros((n, d))  # gamma on p, gamma~ on q: split
+        after[np.arange(n), p] = after_tilde[np.arange(n), q] = 1.0
         rec["arrays"] = {"gamma_init": init.tolist(), "gamma_tilde_init": init.tolist(),
-                         "gamma": after.tolist(), "gamma_tilde": after.tolist()}
+                         "gamma": after.tolist(), "gamma_tilde": after_tilde.tolist()}
+        rec["metrics"].update({"share_p": [1.0] * n, "share_q": [0.0] * n, "share_tilde_p": [0.0] * n,
+                               "share_tilde_q": [1.0] * n})
     return rec
 
 
@@ -198,7 +207,8 @@ def test_tables_one_row_per_key_and_replica(fake_outputs):
     assert {"step", "loss", "model.attention"} <= set(curves.columns)
     arrays = tables.load_experiment(out, "xor_one_step_attention", "smoke").arrays
     d = arrays["task.d"].iloc[0]
-    assert len(arrays) == d * arrays["replica"].nunique() and "gamma_tilde_init" in arrays
+    per_seed = arrays[["key", "replica"]].drop_duplicates()
+    assert len(arrays) == d * len(per_seed) and arrays["key"].nunique() == 2 and "gamma_tilde_init" in arrays
 
 
 def test_malformed_complete_record_is_listed_not_raised():

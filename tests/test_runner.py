@@ -18,6 +18,7 @@ REPLICA_CASES = {
     "samples, one step, chunked": ["experiment=xor_sample_complexity", "task.d=16", "task.n=300",
                                    "train.chunk=128"],
     # float64: in float32 batched and single-seed matmuls may round differently (1e-7) on some CPUs
+    "k-sparse parity, population GD": ["experiment=xor_k_parity", "train=k_gd", "task.d=12", "train.steps=15"],
     "FFNN, Adam": ["experiment=xor_params_vs_ffnn", "task.d=12", "model.k=3", "train.steps=25",
                    "train.dtype=float64"],
 }
@@ -142,3 +143,26 @@ def test_without_a_tolerance_every_step_runs(job_config):
     full, _ = job_config(*EARLY_STOP, "train.steps=60")
     assert run_job(full)["status"] == "complete"
     assert read_record(record_path(full.paths.outputs, full.experiment, job_key(full)))["timings"]["steps"] == 60
+
+
+FLAT_START = ["experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=256", "task.n_per_d=8",
+              "n_seeds=2", "train.steps=400"]
+
+
+def test_a_flat_start_is_not_convergence(job_config):
+    """GD from paper A's near-uniform attention: the relative gradient starts below tol_grad (the
+    gradient is O(1/d^2)), so without tol_move every seed 'converges' at the first log with its loss
+    still at 1/2; with tol_move = 0.01 training goes on, and a seed counts only once its objective moved."""
+    cfg, _ = job_config(*FLAT_START, "train.tol_move=0")
+    run_job(cfg)
+    rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
+    assert rec["timings"]["steps"] == cfg.train.log_every and rec["derived"]["stop"] == ["converged"] * 2
+    assert all(abs(v - 0.5) < 0.01 for v in rec["metrics"]["train_loss"])
+    cfg, _ = job_config(*FLAT_START)
+    run_job(cfg)
+    rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
+    start = rec["curves"]["train_loss"][0]
+    assert rec["timings"]["steps"] > cfg.train.log_every
+    for r, (stop, end) in enumerate(zip(rec["derived"]["stop"], rec["metrics"]["train_loss"], strict=True)):
+        done = stop in ("converged", "objective stalled")
+        assert done == (abs(end - start[r]) / start[r] > 0.01) or stop == "step cap"

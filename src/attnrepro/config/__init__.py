@@ -46,10 +46,11 @@ class TrainConfig:
     """Full-batch training: ``steps`` steps of ``optimizer``.
 
     Step size eta = eta0 * unit, where the unit is the model's natural scale
-    (models.xor_attention.step_unit: d^2 sqrt(m) for softmax attention,
-    m^2/d^2 for linear/erf attention; 1 otherwise). Early stop once every
+    (papers.sparse_xor.attention.step_unit: d^2 sqrt(m) for softmax attention,
+    m^2/d^2 for linear/erf attention) for SGD; Adam and L-BFGS take eta = eta0. Early stop once every
     seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
-    or stalled (relative objective change between logs < tol); 0 disables each.
+    or stalled (relative objective change between logs < tol); 0 disables each. Neither counts
+    while a seed's objective is within tol_move (relative) of its initial value.
     With tol_grad > 0 each seed's record says whether it converged.
     """
 
@@ -63,6 +64,7 @@ class TrainConfig:
     save_attention: bool = False
     tol: float = 0.0
     tol_grad: float = 0.0
+    tol_move: float = 0.0
 
 
 @dataclass
@@ -159,7 +161,7 @@ def _checks(cfg: Any) -> List[str]:
     need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
     need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
     need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
-    need(train.tol >= 0 and train.tol_grad >= 0, "train.tol", "tolerances must be >= 0")
+    need(train.tol >= 0 and train.tol_grad >= 0 and train.tol_move >= 0, "train.tol", "tolerances must be >= 0")
     for paper in PAPERS:
         paper.checks(cfg, need)
     return errs

@@ -32,7 +32,7 @@ def train(cfg, trainer_cfg):
     gens = replica_generators(cfg.seed, cfg.n_seeds)
     problem, derived = builder(cfg.task.name)(cfg.task, cfg.model, cfg.train, gens)
     module = ReplicaModule(problem, cfg.train.optimizer.value, derived["eta"], cfg.train.steps,
-                           cfg.train.log_every, cfg.train.tol, cfg.train.tol_grad)
+                           cfg.train.log_every, cfg.train.tol, cfg.train.tol_grad, cfg.train.tol_move)
     trainer = pl.Trainer(
         accelerator=trainer_cfg.accelerator, devices=trainer_cfg.devices, max_steps=cfg.train.steps,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -56,18 +56,22 @@ def train(cfg, trainer_cfg):
 
 def convergence(problem, module, tol_grad: float, steps: int) -> dict:
     """Per seed at the final parameters: the relative gradient ||grad L|| ||theta|| / |L_0|, whether it
-    meets tol_grad (``converged``), and otherwise why it is not: "objective stalled", "step cap", or
-    "left the tolerance" (it had met it, and training went on for the other seeds)."""
+    meets tol_grad with its objective moved from L_0 by more than tol_move (``converged``), and
+    otherwise why it is not: "objective stalled", "did not move" (still within tol_move of L_0),
+    "step cap", or "left the tolerance" (it had met it, and training went on for the other seeds)."""
     for p in problem.parameters():
         p.grad = None
-    problem.accumulate(lambda loss: loss.backward())
+    objective = problem.accumulate(lambda loss: loss.backward())
     grad = module.relative_gradient().tolist()
+    moved = module.moved(objective).tolist()
     for p in problem.parameters():
         p.grad = None
     capped = module.global_step >= steps
-    stop = ["converged" if g <= tol_grad else "objective stalled" if s == s else "step cap" if capped
-            else "left the tolerance" for g, s in zip(grad, module.stalled_step, strict=True)]
-    return {"grad_rel": grad, "converged": [g <= tol_grad for g in grad], "stop": stop}
+    stop = ["did not move" if not mv else "converged" if g <= tol_grad else "objective stalled" if s == s
+            else "step cap" if capped else "left the tolerance"
+            for g, s, mv in zip(grad, module.stalled_step, moved, strict=True)]
+    return {"grad_rel": grad, "converged": [g <= tol_grad and mv for g, mv in zip(grad, moved, strict=True)],
+            "stop": stop}
 
 
 def fit(cfg, trainer_cfg) -> dict:

@@ -12,7 +12,9 @@ relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries
 of that replica, L_0 its objective at the first step; scale-free, so one
 tolerance serves every n and d, and finite where L -> 0) is at most
 ``tol_grad``; it *stalled* when the relative change of its objective since the
-previous log is below ``tol``. Training stops once every replica has converged
+previous log is below ``tol``. Neither counts while the replica's objective is still within
+``tol_move`` (relative) of L_0: a start on a flat plateau (paper A's near-uniform attention, whose
+gradient is O(1/d^2)) is not convergence. Training stops once every replica has converged
 or stalled; with tol = tol_grad = 0 it runs all steps. (The check at a logged
 step pairs that step's gradient, taken before the optimiser moved, with the
 parameters after it: it only decides when to stop.) jobs.fit records, per seed,
@@ -53,13 +55,13 @@ OPTIMIZERS = {
 
 class ReplicaModule(pl.LightningModule):
     def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int,
-                 tol: float = 0.0, tol_grad: float = 0.0):
+                 tol: float = 0.0, tol_grad: float = 0.0, tol_move: float = 0.0):
         super().__init__()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
         self.automatic_optimization = False
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
-        self.steps, self.log_every, self.tol, self.tol_grad = steps, log_every, tol, tol_grad
+        self.steps, self.log_every, self.tol, self.tol_grad, self.tol_move = steps, log_every, tol, tol_grad, tol_move
         self.curves: dict[str, list] = {"step": []}
         self.converged_step: list[float] | None = None  # per replica: first logged step within tol_grad (nan: never)
         self.stalled_step: list[float] | None = None    # per replica: first logged step whose change is < tol
@@ -127,6 +129,11 @@ class ReplicaModule(pl.LightningModule):
             grad = self.relative_gradient() if self.tol_grad > 0 else None
             self._check_convergence(done, loss.detach(), grad)
 
+    def moved(self, objective: torch.Tensor) -> torch.Tensor:
+        """Per replica: |L - L_0| / |L_0| > tol_move."""
+        L0 = self.initial_objective
+        return (objective - L0).abs() / L0.abs().clamp_min(1e-30) > self.tol_move
+
     def _check_convergence(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None) -> None:
         if self.tol <= 0 and self.tol_grad <= 0:
             return
@@ -138,6 +145,8 @@ class ReplicaModule(pl.LightningModule):
             change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
             stalled = change < self.tol
         converged = grad_rel <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
+        moved = self.moved(objective)
+        converged, stalled = converged & moved, stalled & moved
         self._last_objective = objective
         for r in range(n):  # the first time each happens (nan != nan)
             if bool(converged[r]) and self.converged_step[r] != self.converged_step[r]:

@@ -17,8 +17,8 @@ Backward = Optional[Callable[[Tensor], None]]
 class SampleSet(nn.Module):
     """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
 
-    Stored in the training dtype when small (<= 2^26 entries), else as int8 and
-    converted chunk by chunk.
+    Stored in the training dtype when it fits (<= 2^29 entries, 2 GiB in float32), else as
+    int8 and converted chunk by chunk.
     """
 
     def __init__(self, x: Tensor, y: Tensor):
@@ -33,7 +33,7 @@ class SampleSet(nn.Module):
             xs.append(X.draw_inputs(g, n, d))
             ys.append(X.labels(xs[-1], p, q, noise, g))
         x, y = torch.stack(xs), torch.stack(ys)
-        return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**26 else cls(x, y)
+        return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**29 else cls(x, y)
 
     def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:
         """(1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 per replica, evaluated `chunk` samples at a time.
@@ -49,14 +49,31 @@ class SampleSet(nn.Module):
             total += loss.detach()
         return total
 
+    @torch.no_grad()
+    def zero_one_error(self, f: Callable[[Tensor], Tensor], chunk: int, dtype) -> Tensor:
+        """(1/n) sum_mu 1[sign f(x_mu) != y_mu] per replica (f = 0 counts as an error), `chunk` at a time."""
+        n = self.x.shape[1]
+        wrong = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
+        for i in range(0, n, chunk):
+            xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
+            wrong += (torch.sign(f(xc)) != yc).to(dtype).sum(-1)
+        return wrong / n
+
+
+def attention_share(gamma: Tensor, i: Tensor) -> Tensor:
+    """|gamma_i| / sum_j |gamma_j|: a head's share of attention on position i (gamma_i for softmax)."""
+    return X.at(gamma.abs(), i) / gamma.abs().sum(-1).clamp_min(1e-300)
+
 
 class XorAttentionProblem(nn.Module):
-    """Two-head attention on sparse XOR; population loss exact, or empirical on n samples."""
+    """Two-head attention on sparse XOR; population loss exact, or empirical on n samples (then
+    also the 0/1 error on fresh test samples)."""
 
     def __init__(self, model: TwoHeadXorAttention, p: Tensor, q: Tensor, noise: float,
-                 samples: Optional[SampleSet], chunk: int, save_attention: bool):
+                 samples: Optional[SampleSet], chunk: int, save_attention: bool,
+                 test: Optional[SampleSet] = None):
         super().__init__()
-        self.model, self.samples, self.noise, self.chunk = model, samples, noise, chunk
+        self.model, self.samples, self.test_set, self.noise, self.chunk = model, samples, test, noise, chunk
         self.register_buffer("p", p)
         self.register_buffer("q", q)
         self.save_attention = save_attention
@@ -73,7 +90,7 @@ class XorAttentionProblem(nn.Module):
                 if backward is not None:
                     backward(loss.sum())
             return loss.detach()
-        return self.samples.mse(self.model, self.chunk, backward, self.model.theta.dtype)
+        return self.samples.mse(self.model, self.chunk, backward, next(self.model.parameters()).dtype)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Tensor]:
@@ -83,9 +100,15 @@ class XorAttentionProblem(nn.Module):
             "xor_correlation": X.xor_correlation(gamma, gamma_t, self.p, self.q),
             "mass_pq": X.at(gamma, self.p) + X.at(gamma, self.q),
             "mass_pq_tilde": X.at(gamma_t, self.p) + X.at(gamma_t, self.q),
+            "share_p": attention_share(gamma, self.p),
+            "share_q": attention_share(gamma, self.q),
+            "share_tilde_p": attention_share(gamma_t, self.p),
+            "share_tilde_q": attention_share(gamma_t, self.q),
         }
         if self.samples is not None:
             out["train_loss"] = self.accumulate(None)
+        if self.test_set is not None:
+            out["test_error"] = self.test_set.zero_one_error(self.model, self.chunk, gamma.dtype)
         return out
 
     @torch.no_grad()
@@ -132,16 +155,25 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
         from attnrepro.papers.sparse_xor.attention import step_unit
 
         m = model_cfg.width(task.d)
-        model = TwoHeadXorAttention.draw(gens, task.d, m, model_cfg.attention.value, model_cfg.init.value, dtype)
-        samples = None if task.n is None else SampleSet.draw(gens, task.n, task.d, supports, task.noise, dtype)
-        problem = XorAttentionProblem(model, p, q, task.noise, samples, train.chunk, train.save_attention)
-        eta = train.eta0 * step_unit(model_cfg.attention.value, task.d, m)
-        return problem, {"m": m, "eta": eta, "n_params": 2 * m, "p": p.tolist(), "q": q.tolist()}
+        cls = TwoHeadXorAttention
+        if getattr(model_cfg, "form", "simplified") == "standard":  # Form is a str Enum
+            from attnrepro.papers.sparse_xor.transformer import TwoHeadXorTransformer as cls
+        model = cls.draw(gens, task.d, m, model_cfg.attention.value, model_cfg.init.value, dtype)
+        n = task.samples()
+        samples = test = None
+        if n is not None:
+            samples = SampleSet.draw(gens, n, task.d, supports, task.noise, dtype)
+            test = SampleSet.draw(gens, task.n_test, task.d, supports, 0.0, dtype)
+        problem = XorAttentionProblem(model, p, q, task.noise, samples, train.chunk, train.save_attention, test)
+        # SGD steps in the model's unit (d^2 sqrt(m) for softmax); Adam is scale-free: eta = eta0
+        unit = step_unit(model_cfg.attention.value, task.d, m) if train.optimizer.value == "sgd" else 1.0
+        return problem, {"m": m, "n": n, "eta": train.eta0 * unit, "n_params": 2 * m,
+                         "p": p.tolist(), "q": q.tolist()}
     if model_cfg.name == "ffnn":
         from attnrepro.papers.sparse_xor.ffnn import n_params
 
         model = ReluFFNN.draw(gens, task.d, model_cfg.k, dtype)
-        train_set = SampleSet.draw(gens, task.n, task.d, supports, task.noise, dtype)
+        train_set = SampleSet.draw(gens, task.samples(), task.d, supports, task.noise, dtype)
         test_set = SampleSet.draw(gens, task.n_test, task.d, supports, 0.0, dtype)
         problem = XorFfnnProblem(model, train_set, test_set, train.chunk)
         return problem, {"eta": train.eta0, "n_params": n_params(task.d, model_cfg.k),

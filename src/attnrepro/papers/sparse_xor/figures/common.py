@@ -39,6 +39,27 @@ def with_success(df: pd.DataFrame, metric: str = "loss", threshold: float = SUCC
     return df
 
 
+SHARES = ["share_p", "share_q", "share_tilde_p", "share_tilde_q"]
+
+
+def split_one_to_one(df: pd.DataFrame) -> pd.Series:
+    """Whether the two heads split one-to-one onto the support: one head's attention share
+    (|gamma_i| / sum_j |gamma_j|, problem.attention_share) is above 1/2 on p and the other's on q.
+    Rows without the shares count as not split."""
+    share = {c: pd.to_numeric(df[c], errors="coerce") if c in df else pd.Series(float("nan"), df.index)
+             for c in SHARES}
+    return (((share["share_p"] > 0.5) & (share["share_tilde_q"] > 0.5))
+            | ((share["share_q"] > 0.5) & (share["share_tilde_p"] > 0.5)))
+
+
+def rate_claim(figure: str, text: str, flags: pd.Series, passes, detail: str = "", *, key: str) -> Claim:
+    """A claim on the fraction of seeds (rows) with the flag set, with its binomial standard error."""
+    n = int(len(flags))
+    rate = float(flags.mean()) if n else float("nan")
+    se = float(np.sqrt(rate * (1 - rate) / n)) if n else float("nan")
+    return judge(figure, text, rate, passes, f"binomial s.e. {fmt(se)}, {n} seeds", detail, key=key)
+
+
 def by(table: pd.DataFrame, column: str) -> list:
     return sorted(table[column].dropna().unique()) if column in table and not table.empty else []
 
