@@ -130,7 +130,8 @@ class ReplicaModule(pl.LightningModule):
             self._check_convergence(done, loss.detach(), grad)
 
     def moved(self, objective: torch.Tensor) -> torch.Tensor:
-        """Per replica: |L - L_0| / |L_0| > tol_move."""
+        """Per replica: |L - L_0| / |L_0| > tol_move (strict: with tol_move = 0 the objective must have
+        changed at all, so a replica whose objective stays exactly L_0 never converges or stalls)."""
         L0 = self.initial_objective
         return (objective - L0).abs() / L0.abs().clamp_min(1e-30) > self.tol_move
 

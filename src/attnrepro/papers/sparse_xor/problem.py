@@ -17,8 +17,8 @@ Backward = Optional[Callable[[Tensor], None]]
 class SampleSet(nn.Module):
     """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
 
-    Stored in the training dtype when it fits (<= 2^29 entries, 2 GiB in float32), else as
-    int8 and converted chunk by chunk.
+    Stored in the training dtype when it fits (<= 2^29 entries: 2 GiB in float32, 4 GiB in
+    float64), else as int8 and converted chunk by chunk.
     """
 
     def __init__(self, x: Tensor, y: Tensor):

@@ -115,8 +115,11 @@ def split_claims(last: pd.DataFrame, d: float) -> list[Claim]:
                                               "first run)",
                                       flags, lambda v: v >= 0.9, detail, key=key))
             else:
+                why = ("by symmetry gamma~ = -gamma, so both heads have the same shares" if init == "antisymmetric"
+                       else "a share is at most about sqrt(m)/d when m < d")
                 out.append(rate_claim(FIGURE, f"{att} attention, {init} init: the heads do not split one-to-one "
-                                              f"onto {{p, q}}: <= 10% of seeds (final step, d = {d:g})",
+                                              f"onto {{p, q}}: <= 10% of seeds (final step, d = {d:g}; a structural "
+                                              f"check: {why})",
                                       flags, lambda v: v <= 0.1, detail, key=key))
     return out
 

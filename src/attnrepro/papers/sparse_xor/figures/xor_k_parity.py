@@ -6,8 +6,10 @@ Protocols: one gradient step (eta = 100 d^k sqrt(m)/(k-1)!, kheads.step_unit_k) 
 convergence (train=k_gd). Inits: simplex (paper A's antisymmetric init for k = 2) and independent,
 at unit query norm (paper A's) and at |theta_h(0)| = 0.7 sqrt(m). Success: population loss < 0.01;
 split: the heads sit one-to-one on S (kparity_problem.split_onto_support). GD seeds that neither
-converged nor stalled are left out and counted. The claims are this project's statements, with
-thresholds set from an exploration before this sweep: what works, and what does not.
+converged nor stalled are left out and counted; a GD claim is not confirmed when more than 10% of a d's
+seeds are. The claims use m_c = 1 (the paper profile adds m_c = 2 to the plot). They are this
+project's statements, with thresholds set from an exploration before this sweep (on the same seeds):
+what works, and what does not.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ FIGURE = "xor_k_parity"
 FINISHED = ("converged", "objective stalled")
 GD, ONE_STEP = "k_gd", "one_step"
 UNIT, SPREAD = "unit", "0.7 sqrt(m)"
+MAX_LEFT_OUT = 0.1  # a GD claim is not confirmed when more than this share of a d's seeds did not finish
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
@@ -41,11 +44,17 @@ def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     df["success"] = pd.to_numeric(df["loss"], errors="coerce") < SUCCESS_LOSS
     df["split"] = pd.to_numeric(df["split"], errors="coerce") > 0.5
     df["finished"] = (df["protocol"] == ONE_STEP) | df["stop"].isin(FINISHED)
+    df["model.m_c"] = pd.to_numeric(df["model.m_c"], errors="coerce").fillna(1.0)
     return df
 
 
-def _sel(table: pd.DataFrame, k, protocol: str, init: str | None = None, norm: str | None = None) -> pd.DataFrame:
-    t = table[(table["task.k"] == k) & (table["protocol"] == protocol) & table["finished"]]
+def _sel(table: pd.DataFrame, k, protocol: str, init: str | None = None, norm: str | None = None,
+         finished: bool = True) -> pd.DataFrame:
+    """The seeds of one k and protocol (optionally one init and norm) at m = ceil(log2(d)^2) (m_c = 1, the
+    width the claims are about); only the finished ones unless finished=False."""
+    t = table[(table["task.k"] == k) & (table["protocol"] == protocol) & (table["model.m_c"] == 1.0)]
+    if finished:
+        t = t[t["finished"]]
     if init is not None:
         t = t[t["model.init"] == init]
     return t if norm is None else t[t["norm"] == norm]
@@ -55,7 +64,7 @@ def plot(table: pd.DataFrame, estimates: None):
     ks = by(table, "task.k")
     fig, axes = panels(max(1, len(ks)), "k-sparse parity, k heads: success vs d")
     for ax, k in zip(axes, ks, strict=False):
-        t = table[(table["task.k"] == k) & table["finished"]]
+        t = table[(table["task.k"] == k) & table["finished"] & (table["model.m_c"] == 1.0)]
         rates = rate_table(t, ["protocol", "model.init", "norm", "task.d"])
         groups = list(rates.groupby(["protocol", "model.init", "norm"]))
         for ((protocol, init, norm), r), color in zip(groups, palette(max(1, len(groups))), strict=False):
@@ -82,14 +91,18 @@ def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
     out = []
     for k in by(table, "task.k"):
         for init in ("simplex", "independent"):
-            gd = _sel(table, k, GD, init, UNIT)
-            rates = _per_d(gd)
-            left = table[(table["task.k"] == k) & (table["protocol"] == GD) & ~table["finished"]]
+            every = _sel(table, k, GD, init, UNIT, finished=False)
+            rates = _per_d(every[every["finished"]])
+            left = every[~every["finished"]]
+            worst = float((~every["finished"]).groupby(every["task.d"]).mean().max()) if len(every) else 0.0
             reasons = ", ".join(sorted({str(v) for v in left["stop"]}))
-            note = f"; {len(left)} GD seeds left out ({reasons})" if len(left) else ""
+            note = f"; {len(left)} seeds left out ({reasons})" if len(left) else ""
+            if worst > MAX_LEFT_OUT:
+                note = f"; not confirmed: up to {worst:.0%} of a d's seeds did not finish" + note
             out.append(judge(FIGURE, f"k = {k:g}: population GD from the {init} init (unit norm) learns k-sparse "
                                      f"parity: success >= 0.9 at every d, m = ceil(log2(d)^2) (smallest rate over d)",
-                             rates.min() if len(rates) else float("nan"), lambda v: v >= 0.9,
+                             rates.min() if len(rates) else float("nan"),
+                             lambda v, ok=worst <= MAX_LEFT_OUT: ok and v >= 0.9,
                              detail=_at_d(rates) + note, key=claim_key("gd_learns", k=k, init=init)))
         gd = _sel(table, k, GD)
         out.append(rate_claim(FIGURE, f"k = {k:g}: every GD success has its heads one-to-one on S (fraction of "
@@ -110,11 +123,15 @@ def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
                          float((spread[both] - unit[both]).min()) if len(both) else float("nan"), lambda v: v > 0,
                          detail=f"0.7 sqrt(m): {_at_d(spread)}; unit: {_at_d(unit)}",
                          key=claim_key("one_step_spread_beats_unit", k=k)))
+        cells = _sel(table, k, ONE_STEP).groupby(["model.init", "norm", "task.d"])["success"].mean()
+        best = ""
+        if len(cells):
+            init, norm, d = cells.idxmax()
+            best = f"largest at {init} init, |theta| {norm}, d = {d:g}"
         out.append(judge(FIGURE, f"k = {k:g}: no one-step protocol tried is reliable: success < 0.9 at every d, "
                                  "init and norm (largest rate)",
-                         float(table[(table["task.k"] == k) & (table["protocol"] == ONE_STEP)]
-                               .groupby(["model.init", "norm", "task.d"])["success"].mean().max()),
-                         lambda v: v < 0.9, key=claim_key("one_step_not_reliable", k=k)))
+                         float(cells.max()) if len(cells) else float("nan"), lambda v: v < 0.9, detail=best,
+                         key=claim_key("one_step_not_reliable", k=k)))
     return out
 
 

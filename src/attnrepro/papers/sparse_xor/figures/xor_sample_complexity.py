@@ -7,7 +7,11 @@ fewer samples, growing about linearly in d. That statement is the claim: for eac
 n_50 ~ d^c with c in [0.75, 1.25] (the band is this project's reading of "about linearly"; d log d
 has a local exponent of about 1.2 on d = 32..1024). Success is population loss < 0.01 (the paper's
 measure) and, as a second reading, a 0/1 error below 1% on fresh samples. Trained seeds that neither
-converged nor stalled (step cap) are left out of the rates and counted in the claims.
+converged nor stalled (step cap) are left out of the rates and counted in the claims; a trained claim
+is not confirmed when more than 10% of a (d, n) cell's seeds are left out (they are mostly failures,
+so leaving them out would bias n_50 low). The paper makes no claim about the one-step exponent
+beyond its bound; the earlier claim that it matches this project's signal-to-noise estimate is
+dropped (the estimate is drawn as a comparison).
 
 Estimates: curves "n_50/<protocol>" and "n_50_test/<protocol>" (common.crossing_estimates: n*(d) at
 50% success with 95% seed-bootstrap intervals and the power fit's slope CI), and "snr_exponent",
@@ -49,6 +53,7 @@ LINEAR_BAND = (0.75, 1.25)
 ONE_STEP_BOUND = 4.0  # the paper's n = Omega(d^4 polylog d) for one step
 N = "n_train"  # the samples of a job: derived n (task.n, or ceil(n_per_d d))
 FINISHED = ("converged", "objective stalled")  # a trained seed's stop reasons that count (jobs.fit.convergence)
+MAX_LEFT_OUT = 0.1  # a trained claim is not confirmed when more than this share of a (d, n) cell did not finish
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
@@ -137,9 +142,13 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     out = []
     for protocol in TRAINED_PROTOCOLS:
         opt = "GD" if protocol == "xor_gd" else "Adam"
-        left_out = table[(table["protocol"] == protocol) & ~table["finished"]]
+        rows = table[table["protocol"] == protocol]
+        left_out = rows[~rows["finished"]]
+        worst = float((~rows["finished"]).groupby([rows["task.d"], rows[N]]).mean().max()) if len(rows) else 0.0
         note = (f"; {len(left_out)} seeds left out ({', '.join(sorted({str(v) for v in left_out['stop']}))})"
                 if len(left_out) else "")
+        if worst > MAX_LEFT_OUT:
+            note = f"; not confirmed: up to {worst:.0%} of a (d, n) cell's seeds did not finish" + note
         for success, measure in (("success", "population loss < 0.01"),
                                  ("success_test", "0/1 error < 1% on fresh samples")):
             c = read_crossings(estimates, _curve(protocol, success), N, LEVEL)
@@ -148,7 +157,7 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                 f"paper A: trained to convergence ({opt}) on n samples, the samples needed grow about linearly "
                 f"in d: n_50 ~ d^c with c in [{lo:g}, {hi:g}] (success = {measure}; {_span(c)})",
                 c, "power", lambda v: lo <= v <= hi)
-            out.append(replace(claim, detail=claim.detail + note))
+            out.append(replace(claim, detail=claim.detail + note, holds=claim.holds and worst <= MAX_LEFT_OUT))
     one = read_crossings(estimates, _curve("one_step", "success"), N, LEVEL)
     snr = est.value(estimates, "snr_exponent")
     bound = slope_claim(FIGURE, "n50_exponent_one_step",
@@ -160,7 +169,8 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     for protocol in TRAINED_PROTOCOLS:
         opt = "GD" if protocol == "xor_gd" else "Adam"
         tr = read_crossings(estimates, _curve(protocol, "success"), N, LEVEL)
-        common = sorted(set(one.groups[np.isfinite(one.point)]) & set(tr.groups[np.isfinite(tr.point)]))
+        measured = lambda c: set(c.groups[np.isfinite(c.point) & ~c.censored])  # noqa: E731  (no upper bounds)
+        common = sorted(measured(one) & measured(tr))
         ratios = [tr.point[tr.groups == d][0] / one.point[one.groups == d][0] for d in common]
         out.append(judge(FIGURE, f"training ({opt}) needs fewer samples than one step: n_50(trained) / "
                                  "n_50(one step) < 1 at every d both reach (largest ratio; our comparison)",
