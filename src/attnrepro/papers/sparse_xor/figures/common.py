@@ -24,6 +24,8 @@ from attnrepro.stats import estimates as est
 from attnrepro.stats.summaries import CrossingSummary
 
 SUCCESS_LOSS = 0.01
+FINISHED = ("converged", "objective stalled")  # a trained seed's stop reasons that count (jobs.fit.convergence)
+MAX_LEFT_OUT = 0.1  # a claim on trained seeds is not confirmed when more than this share of a cell did not finish
 FFNN_SUCCESS_ERROR = 0.01
 N_BOOT = 200
 PHASE = "xor_phase_dm"  # the one-step (d, m) sweep: its own figure and the transformer of xor_params_vs_ffnn

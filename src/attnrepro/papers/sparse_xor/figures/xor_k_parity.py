@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from attnrepro.papers.sparse_xor.figures.common import SUCCESS_LOSS, by, rate_claim
+from attnrepro.papers.sparse_xor.figures.common import FINISHED, MAX_LEFT_OUT, SUCCESS_LOSS, by, rate_claim
 from attnrepro.report.claims import Claim, claim_key, fmt, judge
 from attnrepro.report.figure_spec import FigureSpec, register
 from attnrepro.report.plotting import no_data, palette, panels
@@ -27,10 +27,8 @@ from attnrepro.report.tables import ExperimentData, select
 from attnrepro.stats.summaries import rate_table
 
 FIGURE = "xor_k_parity"
-FINISHED = ("converged", "objective stalled")
 GD, ONE_STEP = "k_gd", "one_step"
 UNIT, SPREAD = "unit", "0.7 sqrt(m)"
-MAX_LEFT_OUT = 0.1  # a GD claim is not confirmed when more than this share of a d's seeds did not finish
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:

@@ -30,6 +30,8 @@ import pandas as pd
 from attnrepro.papers.sparse_xor.figures.common import (
     ESTIMATE_KEYS,
     FFNN_SUCCESS_ERROR,
+    FINISHED,
+    MAX_LEFT_OUT,
     N_BOOT,
     SUCCESS_LOSS,
     crossing_panel,
@@ -52,8 +54,6 @@ TRAINED_PROTOCOLS = ("xor_gd", "xor_adam")
 LINEAR_BAND = (0.75, 1.25)
 ONE_STEP_BOUND = 4.0  # the paper's n = Omega(d^4 polylog d) for one step
 N = "n_train"  # the samples of a job: derived n (task.n, or ceil(n_per_d d))
-FINISHED = ("converged", "objective stalled")  # a trained seed's stop reasons that count (jobs.fit.convergence)
-MAX_LEFT_OUT = 0.1  # a trained claim is not confirmed when more than this share of a (d, n) cell did not finish
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
