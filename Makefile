@@ -4,18 +4,20 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 CLI         := $(VENV)/bin/attnrepro
 # torch goes in first, pinned: an unpinned torch pulls a multi-GB CUDA build.
+# A CUDA build: TORCH_SPEC=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128 (any CUDA wheel index).
 TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
 PROFILE     ?= quick
 STAMP       := $(VENV)/.installed
 
-.PHONY: install test test-full reproduce-figures figures bench lint clean sync-wandb
+.PHONY: install test test-full reproduce-figures figures bench gpu-check lint clean sync-wandb
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
@@ -33,6 +35,11 @@ figures: install
 
 bench: install
 	$(PY) pipelines/bench.py
+
+# A time-boxed slice of the paper profile on one GPU (outputs/gpu_check/): tied_error_vs_alpha and
+# tied_scaling_laws at d = 400, xor_phase_dm to d = 16384; without CUDA, the same slice at d = 100.
+gpu-check: install
+	$(PY) pipelines/gpu_check.py $(GPU_CHECK_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src pipelines tests

@@ -12,6 +12,13 @@ Each case runs in its own process, so its peak resident memory is its own.
                  (run_job -> fit -> Lightning) against a plain PyTorch loop of the same
                  problem one seed at a time, and Lightning's overhead (pipeline train
                  time against the same 8-replica problem stepped in a plain loop).
+  tied_authors : paper B's factorized tied attention at d = 200, T = 2, alpha = 0.21 (n = 8400),
+                 p = 100, 1000 full-batch Adam steps, lr 0.1, float32: a plain loop written as the
+                 authors' public script does it (nn.Linear(d, p, bias=False), einsum Gram over (n, T, p),
+                 trace subtraction, nn.Softmax, loss sum (y_hat - y)^2 / d, all samples in one batch,
+                 one seed), the pipeline with 1 and with 4 seeds (train time per seed), and the two
+                 matmuls a step needs (Z = X W^T and its weight gradient, one seed) 1000 times: the
+                 ratios and the pipeline's share of that matmul time.
   theory_mmse  : paper B's Bayes-optimal MMSE curve, 100 values of alpha, Wishart target
                  kappa0 = 0.5, T = 2 (tabulate m(qhat) at 160 points, then the curve).
   theory_J     : J(delta, eps) and both partial derivatives on a 10 x 10 grid (100 points,
@@ -144,6 +151,73 @@ def case_tied_factorized(d: int = 100, n_seeds: int = 8, single_seeds: int = 2) 
             "speed-up per seed, plain replicas vs plain single": per_seed_single * n_seeds / replicated,
             "pipeline step (ms)": 1e3 * train_s / steps, "plain replicated step (ms)": 1e3 * replicated / steps,
             "Lightning overhead (fraction of pipeline step)": (train_s - replicated) / train_s,
+            "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+
+
+def _authors_loop(X, y, p: int, steps: int) -> float:
+    """Seconds for `steps` Adam steps of the authors'-style loop on one seed's samples X (n, T, d)."""
+    import math
+
+    import torch
+    from torch import nn
+
+    n, T, d = X.shape
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.Q = nn.Linear(d, p, bias=False)
+            self.softmax = nn.Softmax(dim=-1)
+
+        def forward(self, x):
+            z = self.Q(x)
+            h = torch.einsum("nap,nbp->nab", z, z) / math.sqrt(p * d) / math.sqrt(d)
+            trace = torch.trace(self.Q.weight.T @ self.Q.weight) / math.sqrt(p * d) / math.sqrt(d)
+            return self.softmax(h - trace * torch.eye(T))
+
+    model = Attention()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    t = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(X) - y) ** 2).sum() / d
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - t
+
+
+def case_tied_authors(d: int = 200, steps: int = 1000) -> dict:
+    import torch
+
+    from attnrepro.config import validate
+    from attnrepro.papers.tied_attention.problem import build
+    from attnrepro.seeding import replica_generators
+
+    base = ["task=attention_indexed", "model=tied_factorized", "train=adam_fullbatch", f"task.d={d}", "task.T=2",
+            "task.alpha=0.21", "model.kappa=0.5", f"train.steps={steps}", "train.tol=0", "train.tol_grad=0"]
+    per_seed = {}
+    for seeds in (1, 4):
+        cfg, _, rec = pipeline_job([*base, f"n_seeds={seeds}"])
+        per_seed[seeds] = rec["timings"]["train_s"] / seeds
+    obj = validate(cfg)
+    problem, _ = build(obj.task, obj.model, obj.train, replica_generators(0, 1))
+    X, y, p = problem.train_set.X[0], problem.train_set.A[0], obj.model.p(d)
+    authors = _authors_loop(X, y, p, steps)
+    X2 = X.reshape(-1, d).contiguous()
+    W = torch.randn(p, d, dtype=X.dtype)
+    G = torch.randn(X2.shape[0], p, dtype=X.dtype)
+    matmul = steps * _median_time(lambda: (X2 @ W.T, G.T @ X2), 20)
+    n = obj.task.n()
+    return {"case": f"factorized tied attention, d={d}, T=2, alpha=0.21 (n={n}), p={p}, {steps} Adam steps, lr 0.1, "
+                    f"float32",
+            "authors'-style loop, 1 seed (s)": authors,
+            "pipeline, 1 seed: train time per seed (s)": per_seed[1],
+            "pipeline, 4 seeds: train time per seed (s)": per_seed[4],
+            "the two matmuls of a step, 1 seed, x steps (s)": matmul,
+            "GFLOP/s of those matmuls": 2 * 2 * n * 2 * p * d * steps / matmul / 1e9,
+            "speed-up per seed, 1 seed (target >= 2.5x with 4)": authors / per_seed[1],
+            "speed-up per seed, 4 seeds (target >= 2.5x)": authors / per_seed[4],
+            "share of the matmul time, 4 seeds (target >= 60%)": matmul / per_seed[4],
             "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
 
 
@@ -290,7 +364,7 @@ def case_theory_limit() -> dict:
     return out
 
 
-CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized,
+CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized, "tied_authors": case_tied_authors,
          "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se,
          "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit}
 

@@ -13,7 +13,7 @@ from scipy.integrate import quad
 
 from attnrepro.theory.free_convolution import FreeConvolution, wishart_cubic_stieltjes
 from attnrepro.theory.random_matrix import J_monte_carlo
-from attnrepro.theory.spectral_laws import Atomic, MarchenkoPastur, SpectralLaw, power_law
+from attnrepro.theory.spectral_laws import Atomic, MarchenkoPastur, SpectralLaw, coarsened, power_law
 
 ZERO = Atomic((0.0,))
 LAWS = {"mp0.5": MarchenkoPastur(0.5), "mp2": MarchenkoPastur(2.0), "power50": power_law(50, 1.0)}
@@ -301,3 +301,22 @@ def test_atomic_merges_equal_values():
     """A zero-padded spectrum has one atom at 0 with the summed weight."""
     law = Atomic((0.0, 2.0, 0.0, 0.0))
     assert law.atoms == ((0.0, 0.75), (2.0, 0.25))
+
+
+def test_coarsened_power_law_keeps_mass_mean_and_J():
+    """Merging the power-law target's atoms within 1e-3 (the large-d scaling-law theory) keeps the
+    mass and mean exactly and changes J(delta, eps) and its derivatives by < 1e-5 relative, against
+    the free convolution of all d atoms."""
+    exact = power_law(400, 1.0)
+    merged = coarsened(exact, 1e-3)
+    assert len(merged.atoms) < 0.7 * len(exact.atoms)  # a real reduction, else the test checks nothing
+    assert sum(w for _, w in merged.atoms) == pytest.approx(1.0, abs=1e-12)
+    assert merged.moment(1) == pytest.approx(exact.moment(1), rel=1e-12)
+    spans = np.diff([t for t, _ in merged.atoms])
+    assert spans.min() > 0
+    for delta in (0.3, 1.0):
+        a, b = FreeConvolution(exact, delta), FreeConvolution(merged, delta)
+        for eps in (0.0, 0.5):
+            for f in ("J", "dJ_deps", "dJ_ddelta"):
+                assert getattr(b, f)(eps) == pytest.approx(getattr(a, f)(eps), rel=1e-5), (delta, eps, f)
+    assert coarsened(exact, 0.0) is exact

@@ -1,12 +1,15 @@
 """Every figure from one command: each experiment's sweep, its theory curves, aggregate, figures, report.
 
-    attnrepro reproduce [profile=quick] [experiments=xor_phase_dm,...] [-- hydra overrides for every sweep]
+    attnrepro reproduce [profile=quick] [experiments=xor_phase_dm,...] [workers=2] [-- hydra overrides for every sweep]
 
 An experiment whose every job has a complete record made by this code is not swept again; a sweep
 is `attnrepro train -m experiment=<name> profile=<profile>` in a subprocess, which skips the
-complete jobs. Then the theory curves of the experiments that have them (cached alike), the
-aggregate stage (tables) and the figure stage (figures, report, claims). A second run with
-nothing changed computes nothing.
+complete jobs. `workers` sweeps run at once (default: 2 on a machine with 2 or more cores, else 1),
+the ones with the most jobs to run first, each with cores / workers torch threads (OMP_NUM_THREADS,
+unless it is set already: more threads than cores slows every step down many times over); their
+output lines are prefixed with the experiment. Then the theory curves of the experiments that have
+them (cached alike), the aggregate stage (tables) and the figure stage (figures, report, claims).
+A second run with nothing changed computes nothing.
 """
 
 from __future__ import annotations
@@ -14,26 +17,68 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from attnrepro.commands.args import UsageError, default_outputs, parse
 
 
-def _sweep(name: str, profile: str, overrides: list[str], outputs: str, log) -> bool:
-    """Run the experiment's sweep unless every job is done; True when it finished."""
-    from attnrepro.jobs.grid import expected_states
+def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -> int | None:
+    """The number of the experiment's jobs not done (None: the grid did not expand here). Before its first
+    sweep (no cached expansion: composing every job here would cost ~0.2 s each, and the sweep composes
+    them anyway and caches them) the size of its grid."""
+    from attnrepro.jobs.grid import expected_states, grid_size, is_cached
 
     try:
+        if not is_cached(name, profile, overrides, outputs):
+            return grid_size(name, profile)
         states = expected_states(name, profile, overrides, outputs)
     except Exception as e:  # the sweep itself reports a broken grid, with its reason
         log(f"[{name}] grid not expanded here ({type(e).__name__}: {e}); the sweep checks it")
-        states = None
-    if states is not None and all(s.done for _, _, s in states):
+        return None
+    pending = sum(not s.done for _, _, s in states)
+    if not pending:
         log(f"[{name}] all {len(states)} jobs done before, nothing to run")
-        return True
+    return pending
+
+
+def _sweep(name: str, profile: str, overrides: list[str], outputs: str, threads: int, log) -> bool:
+    """Run the experiment's sweep in a subprocess with `threads` torch threads; True when it finished.
+    Its output goes to log line by line, each line prefixed with the experiment once."""
     cmd = [sys.executable, "-m", "attnrepro", "train", "-m", f"experiment={name}", f"profile={profile}",
            f"paths.outputs={outputs}", *overrides]
-    return subprocess.call(cmd) == 0
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        log(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
+    return proc.wait() == 0
+
+
+def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
+            log) -> list[str]:
+    """The sweeps with jobs pending, `workers` at a time, the most pending jobs first; the names that failed."""
+    start = time.perf_counter()
+    names = list(pending)
+    todo = sorted((n for n in names if pending[n] != 0), key=lambda n: -(pending[n] or 0))
+    threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, len(todo) or 1)))
+    failed = []
+
+    def run(name: str) -> None:
+        t = time.perf_counter()
+        log(f"\n=== sweep {name} (profile {profile}, {pending[name] if pending[name] is not None else '?'} jobs to "
+            f"run, {threads} thread{'s' if threads > 1 else ''}) ===")
+        ok = _sweep(name, profile, overrides, outputs, threads, log)
+        log(f"=== {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
+            f"(total {time.perf_counter() - start:.1f}s) ===")
+        if not ok:
+            failed.append(name)  # list.append is atomic
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(run, todo))
+    return [n for n in names if n in failed]
 
 
 def main(argv: list[str]) -> int:
@@ -41,27 +86,34 @@ def main(argv: list[str]) -> int:
 
     hydra_overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    args = parse(argv, {"profile": os.environ.get("PROFILE", "quick"), "experiments": [], "outputs": default_outputs()},
-                 __doc__)
+    args = parse(argv, {"profile": os.environ.get("PROFILE", "quick"), "experiments": [], "outputs": default_outputs(),
+                        "workers": str(min(2, os.cpu_count() or 1))}, __doc__)
     profile, outputs = args["profile"], args["outputs"]
+    if not args["workers"].isdigit() or int(args["workers"]) < 1:
+        raise UsageError(f"workers must be a whole number >= 1, got {args['workers']!r}")
     if profile not in ("smoke", "quick", "paper"):
         raise UsageError(f"profile must be smoke, quick or paper, got {profile!r}")
     names = args["experiments"] or experiments()
     unknown = sorted(set(names) - set(experiments()))
     if unknown:
         raise UsageError(f"unknown experiments {unknown}; known: {experiments()}")
-    log = lambda line: print(line, flush=True)  # noqa: E731
+    lock = threading.Lock()
+
+    def log(line: str) -> None:  # one whole line at a time, from any sweep's thread
+        with lock:
+            print(line, flush=True)
+
     start = time.perf_counter()
-    failed = []
-    for i, name in enumerate(names, 1):
-        t = time.perf_counter()
-        log(f"\n=== [{i}/{len(names)}] sweep {name} (profile {profile}) ===")
-        ok = _sweep(name, profile, hydra_overrides, outputs, log)
-        log(f"=== [{i}/{len(names)}] {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
-            f"(total {time.perf_counter() - start:.1f}s) ===")
-        if not ok:
-            failed.append(name)
-    rc_theory = _theory(names, profile, outputs, log)
+    workers = int(args["workers"])
+    pending = {name: _pending(name, profile, hydra_overrides, outputs, log) for name in names}
+    # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps
+    rc_theory: list[int] = []
+    theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers)))
+    theory.start()
+    failed = _sweeps(pending, profile, hydra_overrides, outputs, workers, log)
+    log(f"\n=== sweeps finished in {time.perf_counter() - start:.1f}s ===")
+    theory.join()
+    rc_theory = rc_theory[0] if rc_theory else 1
     figures = None
     if args["experiments"]:  # the figures whose every source was swept
         from attnrepro.report.figure_spec import specs
@@ -83,16 +135,19 @@ def main(argv: list[str]) -> int:
     return 1 if (failed or rc_theory or rc_agg or rc_fig) else 0
 
 
-def _theory(names: list[str], profile: str, outputs: str, log) -> int:
-    """The theory curves of the experiments that have them, in this process; 1 when one failed."""
+def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int) -> int:
+    """The theory curves of the experiments that have them, from this process (its worker processes: one
+    fewer than conf/theory.yaml's workers for each sweep running beside it, at least one); 1 when one failed."""
     from attnrepro.jobs import theory
 
-    with_theory = [n for n in names if n in theory.theory_experiments()]
-    if not with_theory:
-        return 0
-    log(f"\n=== theory curves ({', '.join(with_theory)}) ===")
-    settings = theory.theory_settings(profile, [f"paths.outputs={outputs}", f"experiments=[{','.join(with_theory)}]"])
     try:
+        with_theory = [n for n in names if n in theory.theory_experiments()]
+        if not with_theory:
+            return 0
+        log(f"\n=== theory curves ({', '.join(with_theory)}) ===")
+        settings = theory.theory_settings(profile, [f"paths.outputs={outputs}",
+                                                    f"experiments=[{','.join(with_theory)}]"])
+        settings.workers = max(1, settings.workers - sweeps + 1)
         counts = theory.run(settings, log=lambda line: None if "cached, skipped" in line else log(line))
     except Exception as e:  # a broken theory conf must not stop the figures
         log(f"theory stage FAILED: {type(e).__name__}: {e}")

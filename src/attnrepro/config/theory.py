@@ -38,6 +38,21 @@ class StateEvolutionSettings:
 
 
 @dataclass
+class ScalingLawSettings:
+    """tied_scaling_laws' theory: the ERM state evolution of the experiment's power-law targets at
+    these d per profile (larger than any simulation here), at `points` values of n/d log-spaced on
+    [n_over_d_min, alpha_max d] (the window d << n << d^2, below the interpolation threshold), the
+    target's atoms merged within `resolution` (spectral_laws.coarsened)."""
+
+    d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
+                                                             "paper": [400, 1000, 4000, 10000]})
+    n_over_d_min: float = 4.0
+    alpha_max: float = 0.05
+    points: int = 8
+    resolution: float = 1e-3
+
+
+@dataclass
 class TheoryConfig:
     profile: Any = None
     paths: Any = None
@@ -46,3 +61,4 @@ class TheoryConfig:
     nodes: int = 400                         # free-convolution nodes per piece of the support
     bayes: BayesSettings = field(default_factory=BayesSettings)
     state_evolution: StateEvolutionSettings = field(default_factory=StateEvolutionSettings)
+    scaling_laws: ScalingLawSettings = field(default_factory=ScalingLawSettings)

@@ -90,14 +90,26 @@ def _fingerprint() -> str:
     return h.hexdigest()
 
 
+def _cache(experiment: str, profile: str, extra: tuple[str, ...], outputs: str) -> Path:
+    tag = json.dumps([experiment, profile, list(extra), _fingerprint()])
+    return Path(outputs) / "cache" / "grid" / f"{hashlib.sha256(tag.encode()).hexdigest()[:20]}.json"
+
+
+def store_expected(experiment: str, profile: str, outputs: str, jobs: list[tuple[list[str], str, str, str]]) -> None:
+    """Write what expected_jobs(experiment, profile) would compute, [(overrides, key, task name, model
+    name)] in the grid's order, from a sweep that composed every job anyway (the grid sweeper)."""
+    from attnrepro.jobs.records import atomic_write
+
+    atomic_write(_cache(experiment, profile, (), outputs), lambda f: json.dump(jobs, f))
+
+
 @functools.lru_cache(maxsize=None)
 def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], outputs: str):
     """[(overrides, key, task name, model name)] of the sweep, cached on disk (see the module docstring)."""
     from attnrepro.jobs.records import atomic_write
     from attnrepro.jobs.training import job_key
 
-    tag = json.dumps([experiment, profile, extra, _fingerprint()])
-    cache = Path(outputs) / "cache" / "grid" / f"{hashlib.sha256(tag.encode()).hexdigest()[:20]}.json"
+    cache = _cache(experiment, profile, extra, outputs)
     try:
         return [tuple(job) for job in json.loads(cache.read_text())]
     except (OSError, ValueError):
@@ -106,6 +118,17 @@ def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], output
     jobs = [(ov, job_key(cfg), cfg.task.name, cfg.model.name) for ov, cfg in zip(points, compose_many(points))]
     atomic_write(cache, lambda f: json.dump(jobs, f))
     return jobs
+
+
+def is_cached(experiment: str, profile: str, extra: list[str] = (), outputs: str | None = None) -> bool:
+    """Whether expected_jobs would read its answer from disk (else it composes every job)."""
+    return _cache(experiment, profile, tuple(extra), _outputs(outputs)).exists()
+
+
+def grid_size(experiment: str, profile: str) -> int:
+    """The number of jobs of the experiment's grid for the profile, read from its file (nothing composed)."""
+    grid = OmegaConf.load(CONF_DIR / "experiment" / f"{experiment}.yaml").get("grid", {}).get(profile, {})
+    return len(product(OmegaConf.to_container(grid, resolve=False))) if grid else 1
 
 
 def _outputs(outputs: str | None) -> str:

@@ -37,6 +37,8 @@ class TheoryCurve:
     sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
     # more parameter points derived from each one: also(params, experiment, settings)
     also: Callable[[dict, str, object], list[dict]] = lambda params, experiment, settings: []
+    # each point replaced by these (e.g. at sizes of the settings, not of the grid): expand(params, settings)
+    expand: Callable[[dict, object], list[dict]] | None = None
 
     @property
     def module(self) -> str:
@@ -122,6 +124,8 @@ def curve_jobs(experiment: str, settings: DictConfig) -> list[tuple[TheoryCurve,
     for curve in curves_of(experiment):
         wanted = [curve.params(p) for p in grid_points(experiment, settings.profile.name, curve.keys)]
         wanted += [q for p in wanted if p is not None for q in curve.also(p, experiment, settings)]
+        if curve.expand:
+            wanted = [q for p in wanted if p is not None for q in curve.expand(p, settings)]
         if curve.sweep:
             wanted = _gather(wanted, curve.sweep)
         wanted += curve.extra(settings)

@@ -7,7 +7,6 @@ final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.S
 from __future__ import annotations
 
 import importlib
-import os
 import platform
 from pathlib import Path
 
@@ -81,17 +80,6 @@ def _hydra_overrides() -> list[str]:
         return []
 
 
-def _job_label() -> str:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        num = HydraConfig.get().job.num
-    except Exception:
-        return "job"
-    total = os.environ.get("ATTNREPRO_SWEEP_SIZE", "?")
-    return f"job {num + 1}/{total}"
-
-
 def _compute(obj, trainer_cfg):
     module, solved = _solver(obj.task.name, obj.model.name)
     if solved:
@@ -101,17 +89,37 @@ def _compute(obj, trainer_cfg):
     return lambda: fit(obj, trainer_cfg)
 
 
-def run_job(cfg: DictConfig) -> dict:
+def full_fp32_matmuls() -> None:
+    """fp32 matmuls in full fp32 on CUDA, never TF32 (10-bit mantissa, ~1e-3 relative rounding): the
+    ridgeless recovery of paper B reaches estimation errors of 1e-8. No effect on CPU."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _job_label() -> str:
+    """'job <n>' of a job started by a Hydra launcher (submitit), else 'job'."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return f"job {HydraConfig.get().job.num + 1}"
+    except Exception:
+        return "job"
+
+
+def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | None = None) -> dict:
     """Run one grid point (all its seeds as replicas) and write its record, unless a complete
-    record made by this code exists.
+    record made by this code exists. overrides: the job's command-line overrides, for the record and
+    the progress line (default: Hydra's, for a single run); label: its place in the sweep.
 
     Raises ConfigError on a bad config (before any work). Any failure during training (exception,
     non-finite loss) is recorded as status 'failed' with its reason; the caller's sweep goes on.
     """
     obj = validate(cfg)
     job = training_job(cfg)
-    overrides = _hydra_overrides()
-    label = f"[{cfg.experiment}] {_job_label()} {' '.join(overrides) or '(defaults)'}"
+    overrides = _hydra_overrides() if overrides is None else list(overrides)
+    label = f"[{cfg.experiment}] {label or _job_label()} {' '.join(overrides) or '(defaults)'}"
     before = job.state()
     if before.done:
         print(f"{label}: done before, skipped ({job.key})", flush=True)
@@ -121,6 +129,7 @@ def run_job(cfg: DictConfig) -> dict:
 
     from attnrepro.jobs.tracking import make_tracker
 
+    full_fp32_matmuls()
     tracker = make_tracker(cfg, job.key, job.path.parent)
     record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},
                          before_write=tracker.finish)

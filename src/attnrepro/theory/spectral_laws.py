@@ -176,16 +176,34 @@ def power_law(d: int, gamma: float) -> Atomic:
     return Atomic(tuple(math.sqrt(d) * i ** (-gamma)))
 
 
+def coarsened(law: Atomic, resolution: float) -> Atomic:
+    """The atoms grouped left to right into runs whose span is at most `resolution`, each run one atom
+    at its weighted mean carrying its summed weight: the mass and the mean are exact, a run's second
+    moment is off by at most (resolution / 2)^2 times its weight. At d = 10^4 the power-law target's
+    atoms below ~0.3 lie 1e-4 apart; merged within 1e-3 they are about 600 instead of 10^4."""
+    if not resolution > 0:
+        return law
+    t, w = law._t, law._w
+    starts = [0]
+    for i in range(1, t.size):
+        if t[i] - t[starts[-1]] > resolution:
+            starts.append(i)
+    bounds = np.append(starts, t.size)
+    weights = np.add.reduceat(w, bounds[:-1])
+    values = np.add.reduceat(w * t, bounds[:-1]) / weights
+    return Atomic(tuple(values), tuple(weights / weights.sum()))
+
+
 def target_law(target: str, d: int | None = None, kappa0: float = 0.5, gamma: float = 1.0,
-               eigenvalues=None) -> SpectralLaw:
-    """mu0 of a task's target: wishart (the d -> infinity law), power_law (at dimension d),
-    explicit (the given eigenvalues, zero-padded to d)."""
+               eigenvalues=None, resolution: float = 0.0) -> SpectralLaw:
+    """mu0 of a task's target: wishart (the d -> infinity law), power_law (at dimension d, its atoms
+    merged within `resolution` when > 0: coarsened), explicit (the given eigenvalues, zero-padded to d)."""
     if target == "wishart":
         return MarchenkoPastur(kappa0)
     if d is None:
         raise ValueError(f"target {target!r} needs d")
     if target == "power_law":
-        return power_law(d, gamma)
+        return coarsened(power_law(d, gamma), resolution)
     if target == "explicit":
         ev = list(eigenvalues or [])
         return Atomic(tuple(ev + [0.0] * (d - len(ev))))

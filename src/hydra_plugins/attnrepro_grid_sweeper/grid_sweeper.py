@@ -8,7 +8,6 @@ value anywhere in the grid costs no work.
 """
 
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -70,28 +69,59 @@ class GridSweeper(BasicSweeper):
                 errors.append(f"{' '.join(job)}: {e}")
                 continue
             spec = training_job(cfg)
-            (done if spec.state().done else pending).append((job, spec.key))
+            (done if spec.state().done else pending).append((job, spec.key, cfg))
         if errors:
             raise ConfigError(f"{len(errors)} of {len(jobs)} jobs have invalid configs; none was run:\n"
                               + "\n".join(errors))
+        self._store_expected(arguments, [*done, *pending])
         name = self.config.experiment
-        for job, key in done:
+        for job, key, _ in done:
             print(f"[{name}] {' '.join(job)}: done before, skipped ({key})", flush=True)
         print(f"[{name}] sweep of {len(jobs)} jobs, profile {self.config.profile.name}: "
               f"{len(done)} done before, {len(pending)} to run", flush=True)
-        os.environ["ATTNREPRO_SWEEP_SIZE"] = str(len(pending))
-        return self.launch([job for job, _ in pending])
+        return self.launch(pending)
 
-    def launch(self, jobs: List[List[str]]) -> Any:
-        """BasicSweeper's launch loop over the given jobs, in batches of max_batch_size.
-        (Hydra's per-batch legality check is skipped: every job was composed above.)"""
-        if not jobs:
+    def _store_expected(self, arguments: List[str], composed: List[tuple]) -> None:
+        """The profile's expected jobs (jobs.grid.expected_jobs) from the configs composed here, when the
+        command line adds nothing to the grid (as `attnrepro reproduce` calls it), so that no later
+        stage composes them again."""
+        from attnrepro.jobs.grid import store_expected
+
+        own = {"experiment", "profile", "paths.outputs"}
+        if any(a.split("=", 1)[0] not in own for a in arguments):
+            return
+        name, profile = self.config.experiment, self.config.profile.name
+        base = [f"experiment={name}", f"profile={profile}"]
+
+        def point(job: List[str]) -> tuple:
+            return tuple(o for o in job if o.split("=", 1)[0] not in own)
+
+        by_point = {point(job): (key, cfg) for job, key, cfg in composed}
+        out = []
+        for job in self.job_overrides(base):
+            key, cfg = by_point[point(job)]
+            out.append(([*base, *point(job)], key, cfg.task.name, cfg.model.name))
+        store_expected(name, profile, str(self.config.paths.outputs), out)
+
+    def launch(self, pending: List[tuple]) -> Any:
+        """Run the pending (overrides, key, composed config) jobs. With Hydra's basic launcher, in this
+        process, in order, with the configs composed above: the basic launcher would compose every job
+        a second time (about half a second each, more than a small job's training) and set up a job
+        folder that nothing reads. Any other launcher (submitit: local, SLURM) gets the jobs' overrides
+        in batches of max_batch_size. The sweep's own config is saved to its folder (multirun.yaml)."""
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+        from attnrepro.jobs.training import run_job
+
+        if not pending:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        if isinstance(self.launcher, BasicLauncher):
+            return [run_job(cfg, overrides=job, label=f"job {i}/{len(pending)}")
+                    for i, (job, _, cfg) in enumerate(pending, 1)]
+        jobs = [job for job, _, _ in pending]
         size = self.max_batch_size or len(jobs)
-        returns = []
-        for start in range(0, len(jobs), size):
-            returns.append(self.launcher.launch(jobs[start:start + size], initial_job_idx=start))
-        return returns
+        return [self.launcher.launch(jobs[start:start + size], initial_job_idx=start)
+                for start in range(0, len(jobs), size)]

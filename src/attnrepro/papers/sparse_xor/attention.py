@@ -72,6 +72,7 @@ class TwoHeadXorAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """f for inputs x (R, n, d) -> (R, n); both heads' dot products in one pass over x
-        (and one more for the gradient)."""
-        z = torch.bmm(x, torch.stack(self.heads(), dim=-1))
-        return -z[..., 0] * z[..., 1]
+        (and one more for the gradient), as (R, 2, d)(R, d, n): fast when x is laid out position-major
+        (problem.SampleSet), correct for any layout."""
+        z = torch.bmm(torch.stack(self.heads(), dim=-2), x.transpose(-1, -2))
+        return -z[:, 0] * z[:, 1]

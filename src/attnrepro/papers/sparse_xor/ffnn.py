@@ -31,6 +31,7 @@ class ReluFFNN(nn.Module):
         return cls(torch.stack(W), torch.stack(b), torch.stack(a), torch.zeros(len(gens), dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x (R, n, d) -> f (R, n)."""
-        h = torch.relu(torch.einsum("rnd,rkd->rnk", x, self.W) + self.b[:, None, :])
-        return torch.einsum("rnk,rk->rn", h, self.a) + self.c[:, None]
+        """x (R, n, d) -> f (R, n); the hidden layer as (R, k, d)(R, d, n), a wide matrix product on the
+        position-major samples (problem.SampleSet)."""
+        h = torch.relu(torch.bmm(self.W, x.transpose(-1, -2)) + self.b[:, :, None])  # (R, k, n)
+        return torch.einsum("rkn,rk->rn", h, self.a) + self.c[:, None]

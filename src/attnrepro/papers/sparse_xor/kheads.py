@@ -122,8 +122,10 @@ class KHeadParityAttention(nn.Module):
         return cls(torch.stack(Vs), torch.stack(th), attention)
 
     def scores(self) -> Tensor:
-        """s_h = V theta_h, (R, k, d)."""
-        return torch.einsum("rdm,rkm->rkd", self.V, self.theta)
+        """s_h = V theta_h, (R, k, d), as (R, k, m)(R, m, d): wide in d (on CPU a product with only k
+        columns, (R, d, m)(R, m, k), is slower: 7.2 against 5.5 ms forward and backward at 40 seeds,
+        d = 256, m = 64, k = 4)."""
+        return torch.bmm(self.theta, self.V.transpose(-1, -2))
 
     def heads(self) -> Tensor:
         """gamma_h = phi(V theta_h), (R, k, d)."""
@@ -131,4 +133,4 @@ class KHeadParityAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """f for inputs x (R, n, d) -> (R, n)."""
-        return -torch.einsum("rnd,rkd->rnk", x, self.heads()).prod(-1)
+        return -torch.bmm(self.heads(), x.transpose(-1, -2)).prod(-2)

@@ -125,28 +125,39 @@ def second_moment_polynomial(k: int):
     return tuple(monos), terms, coeffs
 
 
-def second_moment_k(gammas: Tensor) -> Tensor:
-    """E[f^2] = E[prod_h (gamma_h . x)^2] for gammas (..., k, d) -> (...)."""
-    k = gammas.shape[-2]
+@functools.lru_cache(maxsize=None)
+def _second_moment_tables(k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """second_moment_polynomial(k) as index tensors: every monomial's place in the row-major
+    {0,1,2}^k grid (M,); every term's monomials (n_terms, longest term), padded with index M (the
+    constant 1); the coefficients (n_terms,)."""
     monos, terms, coeffs = second_moment_polynomial(k)
-    g1 = gammas
-    g2 = gammas * gammas
-    P = []
-    for n in monos:
-        prod = None
-        for h, nh in enumerate(n):
-            if nh == 0:
-                continue
-            f = g1[..., h, :] if nh == 1 else g2[..., h, :]
-            prod = f if prod is None else prod * f
-        P.append(prod.sum(-1))
-    out = 0
-    for term, c in zip(terms, coeffs):
-        t = P[term[0]]
-        for j in term[1:]:
-            t = t * P[j]
-        out = out + c * t
-    return out
+    flat = [sum(nh * 3 ** (k - 1 - h) for h, nh in enumerate(n)) for n in monos]
+    longest = max(len(t) for t in terms)
+    padded = [list(t) + [len(monos)] * (longest - len(t)) for t in terms]
+    return torch.tensor(flat), torch.tensor(padded), torch.tensor(coeffs, dtype=torch.float64)
+
+
+def second_moment_k(gammas: Tensor) -> Tensor:
+    """E[f^2] = E[prod_h (gamma_h . x)^2] for gammas (..., k, d) -> (...): the power sums
+    P_n = sum_i prod_h gamma_{h,i}^{n_h} of every n in {0,1,2}^k at once, then
+    sum_t c_t prod_{n in t} P_n. With G_h = (1, gamma_h, gamma_h^2) (3, d), P over the grid is
+    A B^T, A (3^a, d) and B (3^(k-a), d) the row-wise outer products of G_1..G_a and G_(a+1)..G_k,
+    a = ceil(k/2): one matrix product over i per replica."""
+    k = gammas.shape[-2]
+    flat, terms, coeffs = _second_moment_tables(k)
+    G = torch.stack([torch.ones_like(gammas), gammas, gammas * gammas], dim=-2)  # (..., k, 3, d)
+
+    def outer(heads: range) -> Tensor:  # (..., 3^len(heads), d), row-major in the heads' powers
+        out = G[..., heads[0], :, :]
+        for h in heads[1:]:
+            out = (out.unsqueeze(-2) * G[..., h, None, :, :]).flatten(-3, -2)
+        return out
+
+    a = (k + 1) // 2
+    P = outer(range(a)) @ outer(range(a, k)).transpose(-1, -2) if k > 1 else G[..., 0, :, :].sum(-1)
+    P = P.flatten(-2)[..., flat] if k > 1 else P[..., flat]  # (..., M): P_n
+    P = torch.cat([P, torch.ones_like(P[..., :1])], dim=-1)  # index M: the padding's 1
+    return (P[..., terms].prod(-1) * coeffs.to(P)).sum(-1)
 
 
 def support_matrix(gammas: Tensor, S: Tensor) -> Tensor:
@@ -159,11 +170,8 @@ def support_matrix(gammas: Tensor, S: Tensor) -> Tensor:
 def permanent(A: Tensor) -> Tensor:
     """perm of the trailing (k, k) matrix, by the sum over the k! permutations (k <= ~6)."""
     k = A.shape[-1]
-    rows = torch.arange(k)
-    out = 0
-    for sigma in itertools.permutations(range(k)):
-        out = out + A[..., rows, list(sigma)].prod(-1)
-    return out
+    sigma = torch.tensor(list(itertools.permutations(range(k))))  # (k!, k)
+    return A[..., torch.arange(k), sigma].prod(-1).sum(-1)
 
 
 def parity_correlation(gammas: Tensor, S: Tensor) -> Tensor:

@@ -18,7 +18,10 @@ class SampleSet(nn.Module):
     """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
 
     Stored in the training dtype when it fits (<= 2^29 entries: 2 GiB in float32, 4 GiB in
-    float64), else as int8 and converted chunk by chunk.
+    float64), else as int8 and converted chunk by chunk. x is laid out position-major (a (R, n, d)
+    view of a contiguous (R, d, n) tensor), so that the two heads' dot products, (R, 2, d)(R, d, n),
+    and their gradient run as wide matrix products: on CPU (MKL) the (R, n, d)(R, d, 2) products
+    took about 5x longer at d = 256, n = 4096, 24 replicas.
     """
 
     def __init__(self, x: Tensor, y: Tensor):
@@ -32,7 +35,7 @@ class SampleSet(nn.Module):
         for g, (p, q) in zip(gens, supports):
             xs.append(X.draw_inputs(g, n, d))
             ys.append(X.labels(xs[-1], p, q, noise, g))
-        x, y = torch.stack(xs), torch.stack(ys)
+        x, y = torch.stack(xs).transpose(1, 2).contiguous().transpose(1, 2), torch.stack(ys)
         return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**29 else cls(x, y)
 
     def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:

@@ -55,24 +55,40 @@ class TiedAttention(nn.Module):
         return output(self.attention(X), X, self.out)
 
 
-class _RowGram(torch.autograd.Function):
-    """G = Z Z^T over the last two axes, Z (..., T, p), with the backward dZ = (dG + dG^T) Z written as
-    T broadcast products: autograd's two batched (T x T)(T x p) products over n R tiny matrices cost
-    ~3x more on CPU (T = 2, p = 50, n R = 16000)."""
+class _TokenGram(torch.autograd.Function):
+    """G_ab = (W x_a) . (W x_b) per sample, W (R, p, d), X (R, n, T, d) -> G (R, n, T, T).
+
+    Forward: z_a = W x_a as T products (R, p, d)(R, d, n) (X's token slices enter BLAS as strided
+    operands, no copy), then G_ab = sum_k z_ak z_bk. Backward: dz_a = sum_b (dG_ab + dG_ba) z_b and
+    dW = sum_a dz_a x_a^T, T more products (R, p, n)(R, n, d). The element-wise work runs over
+    (R, p, n) blocks with n innermost; autograd's route (Z = X W^T, then batched (T x p)(p x T)
+    products over n R tiny matrices, forward and backward) took about 1.5x the time per step on CPU
+    at d = 200, p = 100, T = 2 (pipelines/bench.py, case tied_authors).
+    """
 
     @staticmethod
-    def forward(ctx, Z: Tensor) -> Tensor:
-        ctx.save_for_backward(Z)
-        return Z @ Z.transpose(-1, -2)
+    def forward(ctx, W: Tensor, X: Tensor) -> Tensor:
+        T = X.shape[-2]
+        Z = [W @ X[..., a, :].transpose(-1, -2) for a in range(T)]  # each (R, p, n)
+        G = X.new_empty(X.shape[:-2] + (T, T))
+        for a in range(T):
+            for b in range(a, T):
+                G[..., a, b] = G[..., b, a] = (Z[a] * Z[b]).sum(-2)
+        ctx.save_for_backward(X, *Z)
+        return G
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (Z,) = ctx.saved_tensors
-        sym = grad + grad.transpose(-1, -2)
-        out = sym[..., :, 0, None] * Z[..., None, 0, :]
-        for b in range(1, Z.shape[-2]):
-            out = out + sym[..., :, b, None] * Z[..., None, b, :]
-        return out
+    def backward(ctx, dG: Tensor) -> tuple[Tensor, None]:
+        X, *Z = ctx.saved_tensors
+        sym = (dG + dG.transpose(-1, -2)).unsqueeze(-4)  # (R, 1, n, T, T)
+        dW = None
+        for a in range(X.shape[-2]):
+            dz = sym[..., a, 0] * Z[0]
+            for b in range(1, len(Z)):
+                dz = torch.addcmul(dz, sym[..., a, b], Z[b])
+            term = dz @ X[..., a, :]
+            dW = term if dW is None else dW + term
+        return dW, None
 
 
 class FactorizedTiedAttention(TiedAttention):
@@ -97,11 +113,10 @@ class FactorizedTiedAttention(TiedAttention):
         return self.W.transpose(-1, -2) @ self.W / math.sqrt(self.p * self.d)
 
     def preactivations(self, X: Tensor) -> Tensor:
-        """h(S) for tokens X (R, n, T, d) through Z = X W^T (R, n, T, p): O(n T p d)."""
+        """h(S) for tokens X (R, n, T, d) through z_a = W x_a: O(n T p d)."""
         T = X.shape[-2]
-        Z = (X.flatten(-3, -2) @ self.W.transpose(-1, -2)).view(*X.shape[:-1], self.p)
         trace = (self.W**2).sum((-1, -2))[..., None, None, None]
-        h = _RowGram.apply(Z) - trace * torch.eye(T, dtype=X.dtype, device=X.device)
+        h = _TokenGram.apply(self.W, X) - trace * torch.eye(T, dtype=X.dtype, device=X.device)
         return h / (math.sqrt(self.p * self.d) * math.sqrt(self.d))
 
     def penalty(self) -> Tensor:

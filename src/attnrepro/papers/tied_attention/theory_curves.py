@@ -182,5 +182,62 @@ def _se_also(p: dict, experiment: str, settings) -> list[dict]:
     return out + [{**q, "task.alpha": float(a)} for q in [p, *out] for a in extra]
 
 
-CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT)
+# ---------------------------------------------------------------- scaling laws at large d
+
+def _scaling_params(point: Mapping) -> dict | None:
+    """A power-law point of tied_scaling_laws without its d and alpha (scaling_alphas adds them)."""
+    if point["task.target"] != "power_law":
+        return None
+    return {k: point[k] for k in ("task.gamma", "task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta",
+                                  "model.lam")}
+
+
+def scaling_alphas(d: int, settings) -> list[float]:
+    """alpha = (n/d)/d at the settings' n/d values for dimension d: log-spaced on [n_over_d_min, alpha_max d]
+    (none when that window is empty)."""
+    sl = settings.scaling_laws
+    if not sl.alpha_max * d > sl.n_over_d_min:
+        return []
+    return (np.geomspace(sl.n_over_d_min, sl.alpha_max * d, sl.points) / d).tolist()
+
+
+def _scaling_expand(p: dict, settings) -> list[dict]:
+    out = [{**p, "task.d": int(d), "task.alpha": scaling_alphas(int(d), settings)}
+           for d in settings.scaling_laws.d.get(settings.profile.name, [])]
+    return [q for q in out if q["task.alpha"]]
+
+
+def _scaling_settings(settings) -> dict:
+    sl = settings.scaling_laws
+    return {**_se_settings(settings), "resolution": sl.resolution}
+
+
+def _scaling_compute(params: dict, settings) -> Columns:
+    """The state evolution along alpha at one (gamma, d), the target's atoms merged within the settings'
+    resolution; columns as erm_state_evolution, plus task.d."""
+    from attnrepro.theory.erm_curve import erm_state_evolution
+
+    se = settings.state_evolution
+    rows = erm_state_evolution(
+        params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
+        Delta=float(params["task.Delta"]), target="power_law", d=int(params["task.d"]),
+        gamma=float(params["task.gamma"]),
+        beta=float(params["model.beta"]), beta0=float(params["task.beta0"]), rule=se.rule, points=_points(settings),
+        seed=se.seed, tol=se.tol, max_evals=se.max_evals, nodes=se.nodes,
+        resolution=float(settings.scaling_laws.resolution), log=lambda line: print(line, flush=True))
+    columns = sorted({k for r in rows for k in r})
+    out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
+    out["task.alpha"] = out.pop("alpha")
+    out.pop("lam", None)
+    out["task.d"] = [int(params["task.d"])] * len(rows)
+    return out
+
+
+SCALING = TheoryCurve(
+    name="scaling_law_state_evolution", experiments=("tied_scaling_laws",),
+    keys=("task.target", "task.gamma", "task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta", "model.lam"),
+    params=_scaling_params, compute=_scaling_compute, settings=_scaling_settings, expand=_scaling_expand)
+
+
+CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT, SCALING)
 

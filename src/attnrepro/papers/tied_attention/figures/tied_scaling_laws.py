@@ -1,10 +1,14 @@
 """Figure tied_scaling_laws: power-law targets, the excess test error against n/d with power-law fits
-over its falling branch, against paper B's exponent -1 + 1/(2 gamma), and the recovered modes.
+over its falling branch, against paper B's exponent -1 + 1/(2 gamma), and the recovered modes; with
+the ERM state evolution at larger d (theory curve scaling_law_state_evolution, paper profile).
 
-Estimates (key task.gamma), per gamma: "slope" c of the least-squares fit log y = c log(n/d) + b of
-the seed-mean test error over the falling branch (:func:`decreasing_branch`) with its 95%
-seed-bootstrap CI, "intercept" b, "n_points" of the fit, and the branch's n/d: "branch_min",
-"branch_max" and "branch_centre" = exp(mean log(n/d)).
+Estimates, per gamma (key task.gamma; task.d the simulation's d): "slope" c of the least-squares fit
+log y = c log(n/d) + b of the seed-mean test error over the falling branch (:func:`decreasing_branch`)
+with its 95% seed-bootstrap CI, "intercept" b, "n_points" of the fit, and the branch's n/d:
+"branch_min", "branch_max" and "branch_centre" = exp(mean log(n/d)). Per (gamma, d) of the theory:
+"theory_slope" (the same fit over the converged points of the state evolution's falling branch; its
+interval: the smallest and largest slope between neighbouring points), "theory_intercept",
+"theory_n_points", "theory_branch_min", "theory_branch_max".
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from attnrepro.papers.tied_attention.figures.common import (
     listing,
     rows,
     seed_means,
+    theory_rows,
 )
 from attnrepro.report import series
 from attnrepro.report.claims import Claim, claim_key, fmt, interval, judge
@@ -39,13 +44,21 @@ from attnrepro.stats.seed_stats import summary
 from attnrepro.theory.scaling_laws import excess_error_exponent
 
 FIGURE = "tied_scaling_laws"
+THEORY = "scaling_law_state_evolution"
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
-    """Rows: (key, replica) of the power-law sweep: gamma, alpha, n, n/d, errors, recovered modes."""
+    """Rows: (key, replica) of the power-law sweep: gamma, alpha, n, n/d, errors, recovered modes; and
+    the rows of the state evolution at larger d (source = theory: gamma, d, alpha, n/d = alpha d,
+    test_error, converged)."""
     df = rows(data, FIGURE, [*ID, *CONFIG, *METRICS])
     df["n_over_d"] = pd.to_numeric(df["n"], errors="coerce") / pd.to_numeric(df["task.d"], errors="coerce")
-    return df
+    th = theory_rows(data, FIGURE, THEORY)
+    if th.empty:
+        return df
+    th["n_over_d"] = pd.to_numeric(th["task.alpha"]) * pd.to_numeric(th["task.d"])
+    th[series.SOURCE] = series.THEORY
+    return pd.concat([df, th], ignore_index=True)
 
 
 def decreasing_branch(x: np.ndarray, y: np.ndarray, se: np.ndarray) -> int:
@@ -72,8 +85,20 @@ def _slope(df: pd.DataFrame) -> float:
     return _fit(df)[0].slope
 
 
+def _theory_fit(th: pd.DataFrame) -> tuple[PowerLaw, np.ndarray, np.ndarray]:
+    """(fit of the converged state-evolution points over their falling branch, its x, its local slopes)."""
+    ok = th[th["converged"].astype("boolean").fillna(False).astype(bool)] if "converged" in th else th
+    ok = ok.sort_values("n_over_d")
+    x, y = ok["n_over_d"].to_numpy(dtype=float), ok["test_error"].to_numpy(dtype=float)
+    k = decreasing_branch(x, y, np.zeros_like(y))
+    x, y = x[:k], y[:k]
+    local = np.diff(np.log(y)) / np.diff(np.log(x)) if k > 1 else np.array([])
+    return power_law_fit(x, y), x, local
+
+
 def estimates(table: pd.DataFrame) -> pd.DataFrame:
-    """Per gamma: the falling branch's fit with the slope's seed-bootstrap CI (module docstring)."""
+    """Per gamma: the falling branch's fit with the slope's seed-bootstrap CI; per (gamma, d) of the
+    theory: its fit (module docstring)."""
     sim, out = series.simulation(table), []
     for g in series.levels(sim, "task.gamma"):
         t = at(sim, task_gamma=g)
@@ -84,7 +109,18 @@ def estimates(table: pd.DataFrame) -> pd.DataFrame:
                 est.row("intercept", fit.intercept, **at_g), est.row("n_points", fit.n_points, **at_g),
                 est.row("branch_min", min(x, default=NAN), **at_g), est.row("branch_max", max(x, default=NAN), **at_g),
                 est.row("branch_centre", centre, **at_g)]
-    return est.frame(out, ["task.gamma"])
+    th = series.theory(table)
+    for g in series.levels(th, "task.gamma"):
+        for d in series.levels(at(th, task_gamma=g), "task.d"):
+            fit, x, local = _theory_fit(at(th, task_gamma=g, task_d=d))
+            keys = {"task.gamma": g, "task.d": d}
+            span = (local.min(), local.max()) if local.size else (NAN, NAN)
+            out += [est.row("theory_slope", fit.slope, *span, **keys),
+                    est.row("theory_intercept", fit.intercept, **keys),
+                    est.row("theory_n_points", fit.n_points, **keys),
+                    est.row("theory_branch_min", min(x, default=NAN), **keys),
+                    est.row("theory_branch_max", max(x, default=NAN), **keys)]
+    return est.frame(out, ["task.gamma", "task.d"])
 
 
 def _read(estimates: pd.DataFrame, g: float) -> tuple[PowerLaw, float, float, np.ndarray]:
@@ -99,9 +135,10 @@ def _read(estimates: pd.DataFrame, g: float) -> tuple[PowerLaw, float, float, np
 def plot(table: pd.DataFrame, estimates: pd.DataFrame):
     fig, (row,) = grid(1, 2, "power-law targets: excess test error and recovered modes vs n/d")
     a, b = row
-    gammas = series.levels(table, "task.gamma")
+    gammas = series.levels(series.simulation(table), "task.gamma")
     label = lambda g: f"γ = {g:g}"  # noqa: E731
-    series.draw(a, table, "n_over_d", "test_error", "task.gamma", label, gammas, floor=FLOOR)
+    sim = series.simulation(table)  # the theory lines are drawn per d below
+    series.draw(a, sim, "n_over_d", "test_error", "task.gamma", label, gammas, floor=FLOOR)
     for g, color in zip(gammas, palette(len(gammas)), strict=True):
         if est.select(estimates, "slope", **{"task.gamma": g}).empty:
             continue
@@ -111,8 +148,16 @@ def plot(table: pd.DataFrame, estimates: pd.DataFrame):
             xm, pred = est.value(estimates, "branch_centre", **{"task.gamma": g}), excess_error_exponent(g)
             ref = np.geomspace(span[0], span[1], 16)
             a.plot(ref, fit(xm) * (ref / xm) ** pred, ":", color=color, lw=1.2, label=f"-1 + 1/(2γ) = {fmt(pred)}")
+    th = series.theory(table)
+    for g, color in zip(gammas, palette(len(gammas)), strict=True):
+        ds = series.levels(at(th, task_gamma=g), "task.d") if not th.empty else []
+        for d in ds:
+            t = at(th, task_gamma=g, task_d=d).sort_values("n_over_d")
+            slope = est.value(estimates, "theory_slope", **{"task.gamma": g, "task.d": d})
+            a.plot(t["n_over_d"], t["test_error"], "-", color=color, lw=1.6 if d == ds[-1] else 0.8,
+                   alpha=1.0 if d == ds[-1] else 0.45, label=f"state evolution d = {d:g}: {fmt(slope)}")
     finish(a, "n / d", "test error - e0 (e0 = 0)", logy=True, logx=True)
-    series.draw(b, table, "n_over_d", "n_recovered", "task.gamma", label, gammas)
+    series.draw(b, sim, "n_over_d", "n_recovered", "task.gamma", label, gammas)
     finish(b, "n / d", "target modes recovered", logx=True)
     return fig
 
@@ -126,7 +171,9 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
         pred, (fit, lo, hi, (x_lo, x_hi)) = excess_error_exponent(g), _read(estimates, g)
         x, y = seed_means(t, "n_over_d", "test_error")
         slopes.append(fit.slope)
-        out.append(judge(FIGURE, f"γ = {g:g}: test error ~ (n/d)^c with c within 0.1 of -1 + 1/(2γ) = {fmt(pred)}",
+        d = "/".join(f"{v:g}" for v in series.levels(t, "task.d"))
+        out.append(judge(FIGURE, f"γ = {g:g}, simulation at d = {d}: test error ~ (n/d)^c with c within 0.1 of "
+                                 f"-1 + 1/(2γ) = {fmt(pred)}",
                          fit.slope, lambda v, p=pred: abs(v - p) <= 0.1, interval(lo, hi, "95% seed-bootstrap CI"),
                          f"fit over the falling branch, {fit.n_points} points, n/d in "
                          f"[{fmt(x_lo)}, {fmt(x_hi)}]; seed means: {listing(x, y, 'n/d')}",
@@ -141,6 +188,29 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                      slopes[-1] if slopes else NAN,
                      lambda v: len(slopes) > 1 and bool(np.all(np.diff(slopes) < 0)), "",
                      "slopes: " + ", ".join(fmt(s) for s in slopes), key="exponent_steepens"))
+    return out + _theory_claims(estimates)
+
+
+def _theory_claims(estimates: pd.DataFrame) -> list[Claim]:
+    """Per gamma, at the largest d of the state evolution: its exponent within 0.1 of -1 + 1/(2 gamma)
+    (none without theory rows: the quick profile has none)."""
+    th = est.select(estimates, "theory_slope")
+    out = []
+    for g in sorted(th["task.gamma"].unique()) if not th.empty else []:
+        pred = excess_error_exponent(g)
+        at_g = th[th["task.gamma"] == g].sort_values("task.d")
+        d = float(at_g["task.d"].iloc[-1])
+        slope, lo, hi = est.get(estimates, "theory_slope", **{"task.gamma": g, "task.d": d})
+        span = [est.value(estimates, n, **{"task.gamma": g, "task.d": d}) for n in ("theory_branch_min",
+                                                                                   "theory_branch_max")]
+        n_pts = int(est.value(estimates, "theory_n_points", **{"task.gamma": g, "task.d": d}))
+        every_d = ", ".join(f"d = {r['task.d']:g}: {fmt(r['value'])}" for _, r in at_g.iterrows())
+        out.append(judge(FIGURE, f"γ = {g:g}, state evolution at d = {d:g}: test error ~ (n/d)^c with c within 0.1 "
+                                 f"of -1 + 1/(2γ) = {fmt(pred)}", slope, lambda v, p=pred: abs(v - p) <= 0.1,
+                         interval(lo, hi, "range of local slopes"),
+                         f"fit over the falling branch, {n_pts} converged points, n/d in [{fmt(span[0])}, "
+                         f"{fmt(span[1])}]; the fitted exponent at every d: {every_d}",
+                         key=claim_key("theory_exponent", gamma=g)))
     return out
 
 
@@ -154,5 +224,6 @@ SPEC = register(FigureSpec(
             "of the seed-mean error before its first rise by more than 2 s.e.: beyond it n nears the "
             "interpolation threshold and the error rises to the interpolation peak) and, dotted, the slope "
             "-1 + 1/(2γ) predicted by paper B through the fits' centre. Right: target modes recovered "
-            "(‖(S - S0)u_i‖ <= |λ_i|/2) vs n/d.",
+            "(‖(S - S0)u_i‖ <= |λ_i|/2) vs n/d. Lines (paper profile): the ERM state evolution at larger d "
+            "(thin: smaller d, thick: the largest), same λ, κ, Δ, with its fitted exponent.",
 ))
