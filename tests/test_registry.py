@@ -2,7 +2,7 @@
 experiments are real experiments, and every experiment is read by some figure (a sweep no
 figure reads is wasted compute; a source with no sweep is a figure that can never be drawn)."""
 
-from attnrepro.jobs.grid import experiments
+from attnrepro.jobs.grid import experiments, grid_points, grid_size
 from attnrepro.jobs.theory import curves
 from attnrepro.report.figure_spec import specs
 
@@ -42,3 +42,9 @@ def test_names_are_unique():
     assert len(names) == len(set(names))
     curve_names = [c.name for c in curves()]
     assert len(curve_names) == len(set(curve_names))
+
+
+def test_grid_size_read_from_the_file_matches_the_expansion():
+    """reproduce orders the first sweeps by grid_size (nothing composed): it counts what the sweep runs."""
+    for e in experiments():
+        assert grid_size(e, "smoke") == len(grid_points(e, "smoke")), e

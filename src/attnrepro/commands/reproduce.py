@@ -48,8 +48,7 @@ def _sweep(name: str, profile: str, overrides: list[str], outputs: str, threads:
     Its output goes to log line by line, each line prefixed with the experiment once."""
     cmd = [sys.executable, "-m", "attnrepro", "train", "-m", f"experiment={name}", f"profile={profile}",
            f"paths.outputs={outputs}", *overrides]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -63,7 +62,8 @@ def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], 
     start = time.perf_counter()
     names = list(pending)
     todo = sorted((n for n in names if pending[n] != 0), key=lambda n: -(pending[n] or 0))
-    threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, len(todo) or 1)))
+    share = max(1, (os.cpu_count() or 1) // max(1, min(workers, len(todo) or 1)))
+    threads = int(os.environ.get("OMP_NUM_THREADS") or share)  # a value set by the user is kept
     failed = []
 
     def run(name: str) -> None:

@@ -42,7 +42,9 @@ class ScalingLawSettings:
     """tied_scaling_laws' theory: the ERM state evolution of the experiment's power-law targets at
     these d per profile (larger than any simulation here), at `points` values of n/d log-spaced on
     [n_over_d_min, alpha_max d] (the window d << n << d^2, below the interpolation threshold), the
-    target's atoms merged within `resolution` (spectral_laws.coarsened)."""
+    target's atoms merged within `resolution` (spectral_laws.coarsened), the output channel's Sobol'
+    rule of 2^`rule_points` nodes (the quick profile's: an exponent over a decade of n/d needs the
+    errors to ~1e-3, not the 2^16 rule's accuracy)."""
 
     d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
                                                              "paper": [400, 1000, 4000, 10000]})
@@ -50,6 +52,7 @@ class ScalingLawSettings:
     alpha_max: float = 0.05
     points: int = 8
     resolution: float = 1e-3
+    rule_points: int = 12
 
 
 @dataclass

@@ -106,10 +106,12 @@ class GridSweeper(BasicSweeper):
     def launch(self, pending: List[tuple]) -> Any:
         """Run the pending (overrides, key, composed config) jobs. With Hydra's basic launcher, in this
         process, in order, with the configs composed above: the basic launcher would compose every job
-        a second time (about half a second each, more than a small job's training) and set up a job
-        folder that nothing reads. Any other launcher (submitit: local, SLURM) gets the jobs' overrides
-        in batches of max_batch_size. The sweep's own config is saved to its folder (multirun.yaml)."""
+        a second time (about half a second each, more than a small job's training); each job's folder
+        gets its config and overrides, as the basic launcher writes them. Any other launcher (submitit:
+        local, SLURM) gets the jobs' overrides in batches of max_batch_size. The sweep's own config is
+        saved to its folder (multirun.yaml)."""
         from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+        from hydra.core.hydra_config import HydraConfig
 
         from attnrepro.jobs.training import run_job
 
@@ -119,8 +121,15 @@ class GridSweeper(BasicSweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         if isinstance(self.launcher, BasicLauncher):
-            return [run_job(cfg, overrides=job, label=f"job {i}/{len(pending)}")
-                    for i, (job, _, cfg) in enumerate(pending, 1)]
+            HydraConfig.instance().set_config(self.config)  # the sweep's (for the tracker's W&B group)
+            out = []
+            for i, (job, _, cfg) in enumerate(pending):
+                job_dir = sweep_dir / str(i) / ".hydra"  # as the basic launcher leaves it: the job's config
+                job_dir.mkdir(parents=True, exist_ok=True)
+                OmegaConf.save(cfg, job_dir / "config.yaml")
+                OmegaConf.save(OmegaConf.create(list(job)), job_dir / "overrides.yaml")
+                out.append(run_job(cfg, overrides=job, label=f"job {i + 1}/{len(pending)}"))
+            return out
         jobs = [job for job, _, _ in pending]
         size = self.max_batch_size or len(jobs)
         return [self.launcher.launch(jobs[start:start + size], initial_job_idx=start)

@@ -209,7 +209,7 @@ def _scaling_expand(p: dict, settings) -> list[dict]:
 
 def _scaling_settings(settings) -> dict:
     sl = settings.scaling_laws
-    return {**_se_settings(settings), "resolution": sl.resolution}
+    return {**_se_settings(settings), "points": sl.rule_points, "resolution": sl.resolution}
 
 
 def _scaling_compute(params: dict, settings) -> Columns:
@@ -222,8 +222,8 @@ def _scaling_compute(params: dict, settings) -> Columns:
         params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
         Delta=float(params["task.Delta"]), target="power_law", d=int(params["task.d"]),
         gamma=float(params["task.gamma"]),
-        beta=float(params["model.beta"]), beta0=float(params["task.beta0"]), rule=se.rule, points=_points(settings),
-        seed=se.seed, tol=se.tol, max_evals=se.max_evals, nodes=se.nodes,
+        beta=float(params["model.beta"]), beta0=float(params["task.beta0"]), rule=se.rule,
+        points=int(settings.scaling_laws.rule_points), seed=se.seed, tol=se.tol, max_evals=se.max_evals, nodes=se.nodes,
         resolution=float(settings.scaling_laws.resolution), log=lambda line: print(line, flush=True))
     columns = sorted({k for r in rows for k in r})
     out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
