@@ -10,8 +10,9 @@ profile has 8). --size small (the default without CUDA) is the same slice at d =
 xor_phase_dm's quick grid (d up to 4096): the check's dry run on a CPU.
 
 Each sweep gets a share of --budget-s and is stopped at its deadline; what finished is kept (the
-records are those of the pipeline, so a rerun resumes). Then the paper-profile theory curves,
-`aggregate all_records=true` and the figures of the slice. Written: gpu_check.json (device, torch,
+records are those of the pipeline, so a rerun resumes). Then the paper-profile theory curves (the
+rest of the budget), `aggregate all_records=true` and the figures of the slice (at least 3 minutes
+each, past the budget if need be). Written: gpu_check.json (device, torch,
 matmul precision, per sweep its wall time, jobs finished and seconds per job, the theory and
 figure stages, the claims that hold) and the claims of the slice's figures (claims.csv).
 
@@ -119,7 +120,8 @@ def main() -> int:
                              f"figures={','.join(FIGURES)}"]),
               ("figures", [*py, "figures", "profile=paper", f"outputs={outputs}", f"figures={','.join(FIGURES)}"])]
     for stage, cmd in stages:
-        budget = left * (0.6 if stage == "theory" else 0.2)
+        # aggregate and figures always get their few minutes: without them there are no claims
+        budget = left * 0.6 if stage == "theory" else max(180.0, left * 0.2)
         print(f"[gpu-check] {stage} (at most {budget:.0f}s) ...", flush=True)
         rc, wall = _run(cmd, budget, log)
         report[stage] = {"wall_s": wall, "exit": rc, "stopped_at_deadline": rc is None}

@@ -232,3 +232,24 @@ def test_impossible_values_are_named():
         validate(compose("task.target=explicit"))
     with pytest.raises(ConfigError, match="task.eigenvalues"):
         validate(compose("task.target=explicit", "task.d=3", "task.eigenvalues=[1,2,3,4]"))
+
+
+@pytest.mark.parametrize("T", [2, 3])
+def test_factorized_preactivations_and_gradient_match_plain_autograd(T):
+    """The fused token Gram (model._TokenGram) against autograd through h = X S X^T - Tr(S) I, S = W^T W /
+    sqrt(p d), all divided by sqrt(d), in float64: values and dW to 1e-10 relative."""
+    from attnrepro.papers.tied_attention.model import FactorizedTiedAttention
+
+    g = torch.Generator().manual_seed(3)
+    R, n, d, p = 3, 17, 9, 5
+    X = torch.randn(R, n, T, d, generator=g, dtype=torch.float64)
+    U = torch.randn(R, n, T, T, generator=g, dtype=torch.float64)
+    model = FactorizedTiedAttention(torch.randn(R, p, d, generator=g, dtype=torch.float64), 1.0, 0.0, "seq2lab")
+    fused = model.preactivations(X)
+    (grad_fused,) = torch.autograd.grad((fused * U).sum(), model.W)
+    S = model.W.transpose(-1, -2) @ model.W / math.sqrt(p * d)
+    trace = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1)[:, None, None, None]
+    plain = (X @ S[:, None] @ X.transpose(-1, -2) - trace * torch.eye(T, dtype=X.dtype)) / math.sqrt(d)
+    (grad_plain,) = torch.autograd.grad((plain * U).sum(), model.W)
+    assert torch.allclose(fused, plain, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(grad_fused, grad_plain, rtol=1e-10, atol=1e-12)

@@ -136,8 +136,9 @@ def main(argv: list[str]) -> int:
 
 
 def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int) -> int:
-    """The theory curves of the experiments that have them, from this process (its worker processes: one
-    fewer than conf/theory.yaml's workers for each sweep running beside it, at least one); 1 when one failed."""
+    """The theory curves of the experiments that have them, from this process (worker processes:
+    conf/theory.yaml's workers less one for each sweep beyond the first running beside them, at least
+    one); 1 when one failed."""
     from attnrepro.jobs import theory
 
     try:

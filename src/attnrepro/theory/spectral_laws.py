@@ -180,7 +180,8 @@ def coarsened(law: Atomic, resolution: float) -> Atomic:
     """The atoms grouped left to right into runs whose span is at most `resolution`, each run one atom
     at its weighted mean carrying its summed weight: the mass and the mean are exact, a run's second
     moment is off by at most (resolution / 2)^2 times its weight. At d = 10^4 the power-law target's
-    atoms below ~0.3 lie 1e-4 apart; merged within 1e-3 they are about 600 instead of 10^4."""
+    atoms below ~0.3 lie 1e-4 apart (gamma = 1); merged within 1e-3 there are 577 atoms instead of 10^4
+    (183 at gamma = 1.5, 1222 at gamma = 0.75)."""
     if not resolution > 0:
         return law
     t, w = law._t, law._w

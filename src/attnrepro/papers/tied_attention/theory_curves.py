@@ -148,9 +148,10 @@ def _points(settings) -> int:
     return int(table.get(settings.profile.name, max(table.values())))
 
 
-def _se_compute(params: dict, settings) -> Columns:
+def _se_compute(params: dict, settings, points: int | None = None, resolution: float = 0.0) -> Columns:
     """The fixed point at every alpha of the job (ascending, each warm-started from the previous
-    converged ones); a point that fails is a row with converged = False and its reason."""
+    converged ones); a point that fails is a row with converged = False and its reason. points: the
+    Sobol' rule's log2 size (default: the profile's); resolution: the power-law atoms' merging."""
     from attnrepro.theory.erm_curve import erm_state_evolution
 
     se = settings.state_evolution
@@ -158,8 +159,9 @@ def _se_compute(params: dict, settings) -> Columns:
         params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
         Delta=float(params["task.Delta"]), target=params["task.target"], kappa0=params.get("task.kappa0", 0.5),
         d=params.get("task.d"), gamma=params.get("task.gamma", 1.0), beta=float(params["model.beta"]),
-        beta0=float(params["task.beta0"]), rule=se.rule, points=_points(settings), seed=se.seed, tol=se.tol,
-        max_evals=se.max_evals, nodes=se.nodes, log=lambda line: print(line, flush=True))
+        beta0=float(params["task.beta0"]), rule=se.rule, points=points or _points(settings), seed=se.seed,
+        tol=se.tol, max_evals=se.max_evals, nodes=se.nodes, resolution=resolution,
+        log=lambda line: print(line, flush=True))
     columns = sorted({k for r in rows for k in r})
     out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     out["task.alpha"] = out.pop("alpha")
@@ -215,21 +217,9 @@ def _scaling_settings(settings) -> dict:
 def _scaling_compute(params: dict, settings) -> Columns:
     """The state evolution along alpha at one (gamma, d), the target's atoms merged within the settings'
     resolution; columns as erm_state_evolution, plus task.d."""
-    from attnrepro.theory.erm_curve import erm_state_evolution
-
-    se = settings.state_evolution
-    rows = erm_state_evolution(
-        params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
-        Delta=float(params["task.Delta"]), target="power_law", d=int(params["task.d"]),
-        gamma=float(params["task.gamma"]),
-        beta=float(params["model.beta"]), beta0=float(params["task.beta0"]), rule=se.rule,
-        points=int(settings.scaling_laws.rule_points), seed=se.seed, tol=se.tol, max_evals=se.max_evals, nodes=se.nodes,
-        resolution=float(settings.scaling_laws.resolution), log=lambda line: print(line, flush=True))
-    columns = sorted({k for r in rows for k in r})
-    out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
-    out["task.alpha"] = out.pop("alpha")
-    out.pop("lam", None)
-    out["task.d"] = [int(params["task.d"])] * len(rows)
+    sl = settings.scaling_laws
+    out = _se_compute({**params, "task.target": "power_law"}, settings, int(sl.rule_points), float(sl.resolution))
+    out["task.d"] = [int(params["task.d"])] * len(out["task.alpha"])
     return out
 
 

@@ -8,7 +8,8 @@ with its 95% seed-bootstrap CI, "intercept" b, "n_points" of the fit, and the br
 "branch_min", "branch_max" and "branch_centre" = exp(mean log(n/d)). Per (gamma, d) of the theory:
 "theory_slope" (the same fit over the converged points of the state evolution's falling branch; its
 interval: the smallest and largest slope between neighbouring points), "theory_intercept",
-"theory_n_points", "theory_branch_min", "theory_branch_max".
+"theory_n_points", "theory_branch_min", "theory_branch_max", "theory_left_out" (points that did not
+converge: left out of the fit).
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ def _slope(df: pd.DataFrame) -> float:
     return _fit(df)[0].slope
 
 
+def _converged(th: pd.DataFrame) -> pd.DataFrame:
+    return th[th["converged"].astype("boolean").fillna(False).astype(bool)] if "converged" in th else th
+
+
 def _theory_fit(th: pd.DataFrame) -> tuple[PowerLaw, np.ndarray, np.ndarray]:
     """(fit of the converged state-evolution points over their falling branch, its x, its local slopes)."""
-    ok = th[th["converged"].astype("boolean").fillna(False).astype(bool)] if "converged" in th else th
-    ok = ok.sort_values("n_over_d")
+    ok = _converged(th).sort_values("n_over_d")
     x, y = ok["n_over_d"].to_numpy(dtype=float), ok["test_error"].to_numpy(dtype=float)
     k = decreasing_branch(x, y, np.zeros_like(y))
     x, y = x[:k], y[:k]
@@ -112,14 +116,16 @@ def estimates(table: pd.DataFrame) -> pd.DataFrame:
     th = series.theory(table)
     for g in series.levels(th, "task.gamma"):
         for d in series.levels(at(th, task_gamma=g), "task.d"):
-            fit, x, local = _theory_fit(at(th, task_gamma=g, task_d=d))
+            curve = at(th, task_gamma=g, task_d=d)
+            fit, x, local = _theory_fit(curve)
             keys = {"task.gamma": g, "task.d": d}
             span = (local.min(), local.max()) if local.size else (NAN, NAN)
             out += [est.row("theory_slope", fit.slope, *span, **keys),
                     est.row("theory_intercept", fit.intercept, **keys),
                     est.row("theory_n_points", fit.n_points, **keys),
                     est.row("theory_branch_min", min(x, default=NAN), **keys),
-                    est.row("theory_branch_max", max(x, default=NAN), **keys)]
+                    est.row("theory_branch_max", max(x, default=NAN), **keys),
+                    est.row("theory_left_out", len(curve) - len(_converged(curve)), **keys)]
     return est.frame(out, ["task.gamma", "task.d"])
 
 
@@ -204,12 +210,14 @@ def _theory_claims(estimates: pd.DataFrame) -> list[Claim]:
         span = [est.value(estimates, n, **{"task.gamma": g, "task.d": d}) for n in ("theory_branch_min",
                                                                                    "theory_branch_max")]
         n_pts = int(est.value(estimates, "theory_n_points", **{"task.gamma": g, "task.d": d}))
+        left_out = int(est.value(estimates, "theory_left_out", **{"task.gamma": g, "task.d": d}))
         every_d = ", ".join(f"d = {r['task.d']:g}: {fmt(r['value'])}" for _, r in at_g.iterrows())
         out.append(judge(FIGURE, f"γ = {g:g}, state evolution at d = {d:g}: test error ~ (n/d)^c with c within 0.1 "
                                  f"of -1 + 1/(2γ) = {fmt(pred)}", slope, lambda v, p=pred: abs(v - p) <= 0.1,
                          interval(lo, hi, "range of local slopes"),
                          f"fit over the falling branch, {n_pts} converged points, n/d in [{fmt(span[0])}, "
-                         f"{fmt(span[1])}]; the fitted exponent at every d: {every_d}",
+                         f"{fmt(span[1])}]; {left_out} points that did not converge left out; the fitted "
+                         f"exponent at every d: {every_d}",
                          key=claim_key("theory_exponent", gamma=g)))
     return out
 
