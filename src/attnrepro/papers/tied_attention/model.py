@@ -63,7 +63,7 @@ class _TokenGram(torch.autograd.Function):
     T more products (R, p, n)(R, n, d). The element-wise work runs over (R, p, n) blocks with n
     innermost. The route before (Z = X W^T, then per-sample (T x p)(p x T) Grams with a broadcast
     backward) took 148 against 106 ms per 4-replica step at d = 200, p = 100, T = 2, n = 8400, float32
-    (2 threads, one side-by-side run of plain steps, with 16 MB chunks for the new route).
+    (2 threads, plain steps, two runs minutes apart, with 16 MB chunks for the new route).
     """
 
     @staticmethod
