@@ -57,17 +57,16 @@ def test_smoke_reproduction_completes_every_job_and_figure(smoke_run):
     assert len(list((outputs / "theory").rglob("record.json"))) == n
 
 
-def test_sweeps_cache_the_jobs_a_fresh_composition_expects(smoke_run):
+def test_sweeps_cache_the_jobs_a_fresh_composition_expects(smoke_run, smoke_grid_cache):
     """The reproduction composed no job itself: each sweep wrote the expected jobs (overrides, key, task,
-    model) of its grid to cache/grid/, and they equal what composing every job here gives."""
-    from attnrepro.jobs.grid import compose_many, experiments, grid_points, is_cached
-    from attnrepro.jobs.training import job_key
+    model) of its grid to cache/grid/, and they equal what composing every job in this process gave
+    (smoke_grid_cache: expected_jobs on an empty folder composes every job)."""
+    from attnrepro.jobs.grid import expected_jobs, experiments, is_cached
 
+    fresh_outputs = str(smoke_grid_cache.parents[1])
     for e in experiments():
         assert is_cached(e, "smoke", outputs=str(smoke_run.outputs)), e
-        points = grid_points(e, "smoke")
-        fresh = [(ov, job_key(cfg)) for ov, cfg in zip(points, compose_many(points), strict=True)]
-        assert smoke_run.jobs[e] == fresh, e
+        assert smoke_run.jobs[e] == expected_jobs(e, "smoke", outputs=fresh_outputs), e
 
 
 # --- a failing job, the report, and the reproduction that heals it (and resumes the rest) ------

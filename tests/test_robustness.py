@@ -7,6 +7,7 @@ import csv
 import importlib
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -211,3 +212,32 @@ def test_impossible_paper_b_values_fail_before_any_work(tmp_path, override, fiel
     if reason:
         pytest.skip(reason)
     _assert_refused_before_work(tmp_path, [*PAPER_B, override], field)
+
+
+FAKE_WORKER = """
+import json, sys
+DONE = "@@attnrepro-sweep-done"
+for line in sys.stdin:
+    name = json.loads(line)[1].split("=", 1)[1]
+    if name == "dies":
+        print("[dies] about to crash", flush=True)
+        sys.exit(3)
+    print(f"[{name}] ran", flush=True)
+    print(f"{DONE} {1 if name == 'fails' else 0}", flush=True)
+"""
+
+
+def test_a_dead_sweep_worker_fails_its_sweep_and_is_replaced(monkeypatch):
+    """reproduce's sweep workers: a worker that dies during a sweep fails that sweep (with its exit
+    status in the log) and a new worker runs the next one; a sweep that exits with an error fails alone."""
+    from attnrepro.commands import reproduce
+
+    monkeypatch.setattr(reproduce._Worker, "COMMAND", (sys.executable, "-c", FAKE_WORKER))
+    lines = []
+    pending = {"dies": 3, "ok": 2, "fails": 1, "after": 0, "last": None}
+    failed = reproduce._sweeps(pending, "smoke", [], "unused", 1, lines.append)
+    assert failed == ["dies", "fails"]
+    log = "\n".join(lines)
+    assert "[dies] the sweep worker exited with status 3 during the sweep" in log
+    assert "[ok] ran" in log and "[last] ran" in log and "[after]" not in log  # 0 pending: not swept
+    assert "=== ok: done" in log and "=== fails: FAILED" in log and "=== last: done" in log

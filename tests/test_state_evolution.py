@@ -18,6 +18,7 @@ from attnrepro.theory.output_channel import LinearChannel, LogitDifferenceChanne
 from attnrepro.theory.softmax_prox import DifferenceCoordinates, ProxNotSolved, pair_loss, prox, softmax_loss
 from attnrepro.theory.spectral_laws import MarchenkoPastur
 from attnrepro.theory.state_evolution import (
+    FixedPointMap,
     NotConverged,
     interpolating_limit,
     null_point,
@@ -292,6 +293,28 @@ def test_noiseless_labels_above_the_threshold_recover_s0():
     assert rows[0]["method"] == "perfect_recovery" and rows[0]["estimation_error"] == 0
     p = state_evolution_curve(LAW, ch, [0.3], 1e-3, 1.0, 2, 0.0)[0]
     assert p["converged"] and p["estimation_error"] < 0.01 * Q0
+
+
+def test_descending_sweep_gives_the_ascending_fixed_points():
+    """The same curve solved from the largest alpha down (each point warm-started from the one above)
+    gives the same fixed points, rows in ascending alpha."""
+    ch = SoftmaxChannel(2, Q0, DELTA, sobol(4, 10))
+    alphas = [0.3, 0.1, 0.2]
+    up = state_evolution_curve(LAW, ch, alphas, 1e-2, 1.0, 2, DELTA)
+    down = state_evolution_curve(LAW, ch, alphas, 1e-2, 1.0, 2, DELTA, descending=True)
+    assert [r["alpha"] for r in down] == [r["alpha"] for r in up] == sorted(alphas)
+    for a, b in zip(up, down, strict=True):
+        assert a["converged"] and b["converged"]
+        assert b["test_error"] == pytest.approx(a["test_error"], rel=1e-5)
+        assert b["q"] == pytest.approx(a["q"], rel=1e-5)
+
+
+def test_underflowed_state_is_out_of_the_domain():
+    """A root-finder step so far that q = exp(y_q) is 0 in floating point is outside the domain (a
+    ValueError, which the line search steps back from), not a division by zero."""
+    fmap = FixedPointMap(LAW, SoftmaxChannel(2, Q0, DELTA, sobol(4, 8)), 0.1, 1e-3, 1.0, 50)
+    with pytest.raises(ValueError, match="out of range"):
+        fmap.residual(np.array([0.0, 0.1, -800.0]))
 
 
 def monte_carlo_reference(point, batches: int = 10, draws: int = 100_000):

@@ -3,17 +3,19 @@
     attnrepro reproduce [profile=quick] [experiments=xor_phase_dm,...] [workers=2] [-- hydra overrides for every sweep]
 
 An experiment whose every job has a complete record made by this code is not swept again; a sweep
-is `attnrepro train -m experiment=<name> profile=<profile>` in a subprocess, which skips the
-complete jobs. `workers` sweeps run at once (default: 2 on a machine with 2 or more cores, else 1),
-the ones with the most jobs to run first, each with cores / workers torch threads (OMP_NUM_THREADS,
-unless it is set already: more threads than cores slows every step down many times over); their
-output lines are prefixed with the experiment. Then the theory curves of the experiments that have
+is `attnrepro train -m experiment=<name> profile=<profile>`, which skips the complete jobs, run by
+one of `workers` sweep worker subprocesses (default: 2 on a machine with 2 or more cores, else 1;
+commands.sweep_worker: each runs its sweeps one after the other and imports torch and Lightning
+once), the sweeps with the most jobs to run first, each worker with cores / workers torch threads
+(OMP_NUM_THREADS, unless it is set already: more threads than cores slows every step down many times
+over); their output lines are prefixed with the experiment. Then the theory curves of the experiments that have
 them (cached alike), the aggregate stage (tables) and the figure stage (figures, report, claims).
 A second run with nothing changed computes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,41 +45,78 @@ def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -
     return pending
 
 
-def _sweep(name: str, profile: str, overrides: list[str], outputs: str, threads: int, log) -> bool:
-    """Run the experiment's sweep in a subprocess with `threads` torch threads; True when it finished.
-    Its output goes to log line by line, each line prefixed with the experiment once."""
-    cmd = [sys.executable, "-m", "attnrepro", "train", "-m", f"experiment={name}", f"profile={profile}",
-           f"paths.outputs={outputs}", *overrides]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        log(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
-    return proc.wait() == 0
+class _Worker:
+    """A sweep worker (commands.sweep_worker) with `threads` torch threads: a subprocess that runs the
+    sweeps it is sent one after the other, importing torch, Lightning and Hydra once."""
+
+    COMMAND = (sys.executable, "-m", "attnrepro.commands.sweep_worker")
+
+    def __init__(self, threads: int):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(list(self.COMMAND), env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+
+    def sweep(self, name: str, argv: list[str], log) -> bool | None:
+        """Run `attnrepro train <argv>`: True when it finished, False when it exited with an error, None
+        when the worker died during it (it is gone then). Its output goes to log line by line, each line
+        prefixed with the experiment once."""
+        from attnrepro.commands.sweep_worker import DONE
+
+        try:
+            self.proc.stdin.write(json.dumps(argv) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return None
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            if line.startswith(DONE):
+                return line.split()[-1] == "0"
+            log(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
+        log(f"[{name}] the sweep worker exited with status {self.proc.wait()} during the sweep")
+        return None
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait()
 
 
 def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
             log) -> list[str]:
-    """The sweeps with jobs pending, `workers` at a time, the most pending jobs first; the names that failed."""
+    """The sweeps with jobs pending, the most pending jobs first, on `workers` sweep workers; the names
+    that failed. A worker that dies is replaced for the next sweep."""
     start = time.perf_counter()
     names = list(pending)
     todo = sorted((n for n in names if pending[n] != 0), key=lambda n: -(pending[n] or 0))
-    share = max(1, (os.cpu_count() or 1) // max(1, min(workers, len(todo) or 1)))
-    threads = int(os.environ.get("OMP_NUM_THREADS") or share)  # a value set by the user is kept
-    failed = []
+    slots = max(1, min(workers, len(todo) or 1))
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // slots))  # a user's value kept
+    queue, failed = list(reversed(todo)), []  # list.pop and list.append are atomic
 
-    def run(name: str) -> None:
-        t = time.perf_counter()
-        log(f"\n=== sweep {name} (profile {profile}, {pending[name] if pending[name] is not None else '?'} jobs to "
-            f"run, {threads} thread{'s' if threads > 1 else ''}) ===")
-        ok = _sweep(name, profile, overrides, outputs, threads, log)
-        log(f"=== {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
-            f"(total {time.perf_counter() - start:.1f}s) ===")
-        if not ok:
-            failed.append(name)  # list.append is atomic
+    def slot() -> None:
+        worker = None
+        while True:
+            try:
+                name = queue.pop()
+            except IndexError:
+                break
+            t = time.perf_counter()
+            log(f"\n=== sweep {name} (profile {profile}, {pending[name] if pending[name] is not None else '?'} jobs "
+                f"to run, {threads} thread{'s' if threads > 1 else ''}) ===")
+            worker = worker or _Worker(threads)
+            ok = worker.sweep(name, ["-m", f"experiment={name}", f"profile={profile}", f"paths.outputs={outputs}",
+                                     *overrides], log)
+            if ok is None:
+                worker = None
+            log(f"=== {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
+                f"(total {time.perf_counter() - start:.1f}s) ===")
+            if not ok:
+                failed.append(name)
+        if worker:
+            worker.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(pool.map(run, todo))
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        list(pool.map(lambda _: slot(), range(slots)))
     return [n for n in names if n in failed]
 
 

@@ -69,10 +69,10 @@ def _plain(v: Any) -> Any:
 
 
 def grid_points(experiment: str, profile: str, keys: tuple[str, ...]) -> list[dict]:
-    """The distinct values of ``keys`` over the experiment's grid for the profile (composed once)."""
-    from attnrepro.jobs.grid import compose, product, profile_grid
+    """The distinct values of ``keys`` over the experiment's grid for the profile."""
+    from attnrepro.jobs.grid import base_config, product, profile_grid
 
-    cfg = compose([f"experiment={experiment}", f"profile={profile}"])
+    cfg = base_config(experiment, profile)
     base = {k: _plain(OmegaConf.select(cfg, k, default=None)) for k in keys}
     swept = {k: v for k, v in (profile_grid(cfg, profile) if cfg.get("grid") else {}).items() if k in keys}
     points = []

@@ -170,7 +170,7 @@ def expected(experiment: str, profile: str, outputs: str) -> tuple[list[tuple[li
 
     try:
         jobs = grid.expected_jobs(experiment, profile, outputs=outputs)
-        cfg = grid.compose([f"experiment={experiment}", f"profile={profile}"])
+        cfg = grid.base_config(experiment, profile)
         spec = OmegaConf.to_container(cfg.grid, resolve=False).get(profile, {})
         return jobs, spec, ""
     except Exception as e:  # a broken conf must not hide the records we have

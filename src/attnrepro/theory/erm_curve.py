@@ -26,15 +26,17 @@ def erm_state_evolution(alphas: Sequence[float], lam: float, *, kappa: float = 1
                         target: str = "wishart", kappa0: float = 0.5, d: int | None = None, gamma: float = 1.0,
                         beta: float = 1.0, beta0: float = 1.0, rule: str = "sobol", points: int = 14, seed: int = 0,
                         tol: float = 1e-6, max_evals: int = 40, nodes: int = 200, resolution: float = 0.0,
-                        log: Callable[[str], None] | None = None) -> list[dict]:
+                        descending: bool = False, log: Callable[[str], None] | None = None) -> list[dict]:
     """The fixed point at every alpha of the student of width p = kappa d, weight decay lam, for the
     target's spectral law (wishart: Marchenko-Pastur of ratio kappa0; power_law: d eigenvalues
     sqrt(d) i^-gamma, merged within `resolution` when > 0: spectral_laws.coarsened), T tokens, label
-    noise Delta, inverse temperatures beta (student) and beta0."""
+    noise Delta, inverse temperatures beta (student) and beta0; descending: solve from the largest alpha
+    down (state_evolution_curve)."""
     from attnrepro.theory.spectral_laws import target_law
     from attnrepro.theory.state_evolution import state_evolution_curve
 
     law = target_law(target, d, kappa0, gamma, resolution=resolution)
     channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)
     return state_evolution_curve(law, channel, alphas, float(lam), float(kappa), int(T), float(Delta),
-                                 float(beta0) / float(beta), log=log, tol=tol, max_evals=max_evals, nodes=nodes)
+                                 float(beta0) / float(beta), log=log, descending=descending, tol=tol,
+                                 max_evals=max_evals, nodes=nodes)

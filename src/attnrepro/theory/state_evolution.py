@@ -132,6 +132,8 @@ class FixedPointMap:
             state = self.from_y(y)
         except OverflowError as e:
             raise _OutOfDomain(f"y = {y} out of range") from e
+        if not (state[0] > 0 and state[2] > 0):  # exp underflowed: Sigma or q is 0 in floating point
+            raise _OutOfDomain(f"y = {y} out of range (Sigma = {state[0]:.3g}, q = {state[2]:.3g})")
         ev = self(state)
         (S1, m1, q1), (S0, m0, q0) = ev.new, state
         if not (S1 > 0 and q1 > 0):
@@ -312,8 +314,11 @@ def _extrapolated(fmap_y: list[tuple[float, np.ndarray]], alpha: float) -> np.nd
 
 
 def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: float, T: int, Delta: float,
-                          ratio: float = 1.0, log=None, **kw) -> list[dict]:
-    """The fixed point at every alpha (ascending), one row each (SEPoint's fields, converged, reason).
+                          ratio: float = 1.0, log=None, descending: bool = False, **kw) -> list[dict]:
+    """The fixed point at every alpha, one row each (SEPoint's fields, converged, reason), in ascending
+    alpha; solved in that order, or from the largest alpha down when `descending` (the power-law
+    targets at large d: their smallest alphas do not converge from a cold start, and do from their
+    neighbour above).
 
     lambda > 0: solve_continued, each point started from the previous ones (y extrapolated linearly in
     alpha) with the last Jacobian. lambda = 0 means lambda -> 0+: interpolating_limit below alpha_interp;
@@ -329,7 +334,7 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
             threshold = interpolation_threshold(law, T, Delta)
         except ValueError as e:
             threshold = e
-    for alpha in sorted(float(a) for a in alphas):
+    for alpha in sorted((float(a) for a in alphas), reverse=descending):
         t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
         try:
             if lam == 0:
@@ -352,7 +357,7 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
             status = row["method"] if not reason else "no limit" if row.get("method") == "no_limit" else "FAILED"
             log(f"    alpha = {alpha:g}, lambda = {lam:g}: {status}" + (f" ({reason})" if reason else "")
                 + f", {row['channel_evaluations']} channel evaluations, {row['seconds']:.1f}s")
-    return rows
+    return sorted(rows, key=lambda r: r["alpha"])
 
 
 def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw) -> dict:
