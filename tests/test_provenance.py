@@ -71,3 +71,13 @@ def test_stale_record_runs_again(job_config, source_copy):
     state = job.state()
     assert state.status.value == "stale" and state.reason == "made by other code"
     assert run_job(cfg)["status"] == "complete" and job.state().done
+
+
+def test_a_record_that_is_not_there_is_missing_and_a_broken_one_corrupt(tmp_path):
+    from attnrepro.jobs.job import Status, state_of
+
+    path = tmp_path / "k" / "record.json"
+    assert state_of(path, "k", ()).status is Status.missing
+    path.parent.mkdir()
+    path.write_text('{"schema": 1, "key": "tru')
+    assert state_of(path, "k", ()).status is Status.corrupt

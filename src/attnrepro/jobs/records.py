@@ -50,8 +50,11 @@ def write_record(path: Path, record: dict) -> None:
 
 
 def read_record(path: Path) -> dict:
+    """The record at path; FileNotFoundError when there is none, CorruptRecord when it cannot be used."""
     try:
         rec = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise
     except (OSError, ValueError) as e:
         raise CorruptRecord(f"{path}: unreadable ({e})") from e
     if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
@@ -68,5 +71,7 @@ def scan(outputs: str | Path, experiment: str) -> Iterator[tuple[Path, dict | Co
     for path in sorted(root.glob("*/record.json")):
         try:
             yield path, read_record(path)
+        except FileNotFoundError:  # removed since the listing
+            continue
         except CorruptRecord as e:
             yield path, e
