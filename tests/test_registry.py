@@ -48,3 +48,14 @@ def test_grid_size_read_from_the_file_matches_the_expansion():
     """reproduce orders the first sweeps by grid_size (nothing composed): it counts what the sweep runs."""
     for e in experiments():
         assert grid_size(e, "smoke") == len(grid_points(e, "smoke")), e
+
+
+def test_base_config_is_composed_once_and_handed_out_as_copies():
+    """grid.base_config caches the composition per process: equal to a fresh compose, and a caller
+    that changes its copy changes no one else's."""
+    from attnrepro.jobs.grid import base_config, compose
+
+    first = base_config("xor_phase_dm", "smoke")
+    assert first == compose(["experiment=xor_phase_dm", "profile=smoke"])
+    first.task.d = -1
+    assert base_config("xor_phase_dm", "smoke").task.d != -1
