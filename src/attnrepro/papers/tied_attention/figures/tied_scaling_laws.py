@@ -160,9 +160,13 @@ def plot(table: pd.DataFrame, estimates: pd.DataFrame):
         for d in ds:
             t = at(th, task_gamma=g, task_d=d).sort_values("n_over_d")
             slope = est.value(estimates, "theory_slope", **{"task.gamma": g, "task.d": d})
+            smaller = f" (thin: d = {', '.join(f'{v:g}' for v in ds[:-1])})" if len(ds) > 1 else ""
             a.plot(t["n_over_d"], t["test_error"], "-", color=color, lw=1.6 if d == ds[-1] else 0.8,
-                   alpha=1.0 if d == ds[-1] else 0.45, label=f"state evolution d = {d:g}: {fmt(slope)}")
+                   alpha=1.0 if d == ds[-1] else 0.45,
+                   label=f"state evolution d = {d:g}{smaller}: {fmt(slope)}" if d == ds[-1] else "_nolegend_")
     finish(a, "n / d", "test error - e0 (e0 = 0)", logy=True, logx=True)
+    if not th.empty:  # beside the panel: the theory lines double the legend
+        a.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     series.draw(b, sim, "n_over_d", "n_recovered", "task.gamma", label, gammas)
     finish(b, "n / d", "target modes recovered", logx=True)
     return fig
