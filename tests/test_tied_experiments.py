@@ -310,3 +310,25 @@ def test_empty_tables_give_claims_that_do_not_hold():
         table = spec.table({})
         claims = spec.claims(table, spec.estimate(table))
         assert claims and not any(c.holds for c in claims), spec.name
+
+
+def test_scaling_law_fit_leaves_out_unconverged_seeds():
+    """tied_scaling_laws fits the converged seeds only: a step-capped seed whose error is far off the
+    law changes nothing but the count left out; the slope is the least-squares slope of the
+    converged seeds' log means (here exactly -0.5: y = 2 (n/d)^-0.5)."""
+    from attnrepro.papers.tied_attention.figures import tied_scaling_laws as scaling
+
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    rows = []
+    for i, xi in enumerate(x):
+        for seed, conv in enumerate((True, True, i != 2)):  # seed 2 at n/d = 4 hit its step cap
+            rows.append({"source": "simulation", "key": f"k{i}", "replica": seed, "task.gamma": 1.0,
+                         "task.d": 100, "n_over_d": xi, "n_recovered": i, "converged": conv,
+                         "test_error": 2 * xi ** -0.5 if conv else 10.0})
+    table = pd.DataFrame(rows)
+    est = scaling.estimates(table)
+    value = lambda name: float(est[(est["name"] == name)]["value"].iloc[0])  # noqa: E731
+    assert value("left_out") == 1
+    assert value("slope") == pytest.approx(-0.5, abs=1e-12)
+    (claim,) = [c for c in scaling.claims(table, est) if c.id == "tied_scaling_laws/error_exponent/gamma=1"]
+    assert claim.measured == pytest.approx(-0.5, abs=1e-12) and "left out: 1" in claim.detail

@@ -3,8 +3,9 @@ over its falling branch, against paper B's exponent -1 + 1/(2 gamma), and the re
 the ERM state evolution at larger d (theory curve scaling_law_state_evolution, paper profile).
 
 Estimates, per gamma (key task.gamma; task.d the simulation's d): "slope" c of the least-squares fit
-log y = c log(n/d) + b of the seed-mean test error over the falling branch (:func:`decreasing_branch`)
-with its 95% seed-bootstrap CI, "intercept" b, "n_points" of the fit, and the branch's n/d:
+log y = c log(n/d) + b of the converged seeds' mean test error over the falling branch
+(:func:`decreasing_branch`) with its 95% seed-bootstrap CI, "left_out" (seeds that did not converge,
+drawn hollow and left out of the fits), "intercept" b, "n_points" of the fit, and the branch's n/d:
 "branch_min", "branch_max" and "branch_centre" = exp(mean log(n/d)). Per (gamma, d) of the theory:
 "theory_slope" (the same fit over the converged points of the state evolution's falling branch; its
 interval: the smallest and largest slope between neighbouring points), "theory_intercept",
@@ -105,11 +106,13 @@ def estimates(table: pd.DataFrame) -> pd.DataFrame:
     theory: its fit (module docstring)."""
     sim, out = series.simulation(table), []
     for g in series.levels(sim, "task.gamma"):
-        t = at(sim, task_gamma=g)
+        every = at(sim, task_gamma=g)
+        t = series.converged(every)
         fit, x = _fit(t)
         centre = math.exp(np.mean(np.log(x))) if len(x) else NAN
         at_g = {"task.gamma": g}
         out += [est.row("slope", fit.slope, *boot_ci(t, _slope), **at_g),
+                est.row("left_out", len(every) - len(t), **at_g),
                 est.row("intercept", fit.intercept, **at_g), est.row("n_points", fit.n_points, **at_g),
                 est.row("branch_min", min(x, default=NAN), **at_g), est.row("branch_max", max(x, default=NAN), **at_g),
                 est.row("branch_centre", centre, **at_g)]
@@ -177,8 +180,9 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     sim = series.simulation(table)
     slopes = []
     for g in series.levels(sim, "task.gamma"):
-        t = at(sim, task_gamma=g)
+        t = series.converged(at(sim, task_gamma=g))
         pred, (fit, lo, hi, (x_lo, x_hi)) = excess_error_exponent(g), _read(estimates, g)
+        left_out = int(est.value(estimates, "left_out", **{"task.gamma": g}))
         x, y = seed_means(t, "n_over_d", "test_error")
         slopes.append(fit.slope)
         d = "/".join(f"{v:g}" for v in series.levels(t, "task.d"))
@@ -186,7 +190,8 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                                  f"-1 + 1/(2γ) = {fmt(pred)}",
                          fit.slope, lambda v, p=pred: abs(v - p) <= 0.1, interval(lo, hi, "95% seed-bootstrap CI"),
                          f"fit over the falling branch, {fit.n_points} points, n/d in "
-                         f"[{fmt(x_lo)}, {fmt(x_hi)}]; seed means: {listing(x, y, 'n/d')}",
+                         f"[{fmt(x_lo)}, {fmt(x_hi)}]; seed means: {listing(x, y, 'n/d')}; unconverged seeds "
+                         f"left out: {left_out}",
                          key=claim_key("error_exponent", gamma=g)))
         xs, modes = seed_means(t, "n_over_d", "n_recovered")
         out.append(judge(FIGURE, f"γ = {g:g}: target modes are recovered one by one as n grows (mean count "
@@ -231,7 +236,8 @@ SPEC = register(FigureSpec(
     caption="Power-law targets S0 = O diag(√d i^-γ) Oᵀ, factorized student with p = d, noisy training labels, "
             "small λ, d << n << d². Left: test error on fresh noiseless samples (e0 = 0: β = β0 and the "
             "target itself has no test error; the small large-n floor that ERM on noisy labels keeps is not "
-            "subtracted) vs n/d, log-log, mean ± s.e. over seeds, with power-law fits "
+            "subtracted) vs n/d, log-log, mean ± s.e. over seeds (hollow: some seed did not converge; the fits and "
+            "claims use the converged seeds), with power-law fits "
             "(exponent and 95% seed-bootstrap CI in the legend) over the falling branch (up to the minimum "
             "of the seed-mean error before its first rise by more than 2 s.e.: beyond it n nears the "
             "interpolation threshold and the error rises to the interpolation peak) and, dotted, the slope "
