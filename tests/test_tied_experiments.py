@@ -23,6 +23,7 @@ from attnrepro.report.aggregate import aggregate
 from attnrepro.report.figure_spec import specs
 from attnrepro.report.html import build_report
 from attnrepro.stats import cross_validation
+from attnrepro.stats.estimates import value as estimate
 from attnrepro.theory.error_decomposition import TERMS, decompose
 from attnrepro.theory.interpolation import interpolation_threshold
 from attnrepro.theory.learned_spectrum import LearnedSpectrum
@@ -326,9 +327,8 @@ def test_scaling_law_fit_leaves_out_unconverged_seeds():
                          "task.d": 100, "n_over_d": xi, "n_recovered": i, "converged": conv,
                          "test_error": 2 * xi ** -0.5 if conv else 10.0})
     table = pd.DataFrame(rows)
-    est = scaling.estimates(table)
-    value = lambda name: float(est[(est["name"] == name)]["value"].iloc[0])  # noqa: E731
-    assert value("left_out") == 1
-    assert value("slope") == pytest.approx(-0.5, abs=1e-12)
-    (claim,) = [c for c in scaling.claims(table, est) if c.id == "tied_scaling_laws/error_exponent/gamma=1"]
+    estimates = scaling.estimates(table)
+    assert estimate(estimates, "left_out", **{"task.gamma": 1.0}) == 1
+    assert estimate(estimates, "slope", **{"task.gamma": 1.0}) == pytest.approx(-0.5, abs=1e-12)
+    (claim,) = [c for c in scaling.claims(table, estimates) if c.id == "tied_scaling_laws/error_exponent/gamma=1"]
     assert claim.measured == pytest.approx(-0.5, abs=1e-12) and "left out: 1" in claim.detail
