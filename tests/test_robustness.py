@@ -235,9 +235,26 @@ def test_a_dead_sweep_worker_fails_its_sweep_and_is_replaced(monkeypatch):
     monkeypatch.setattr(reproduce._Worker, "COMMAND", (sys.executable, "-c", FAKE_WORKER))
     lines = []
     pending = {"dies": 3, "ok": 2, "fails": 1, "after": 0, "last": None}
-    failed = reproduce._sweeps(pending, "smoke", [], "unused", 1, lines.append)
-    assert failed == ["dies", "fails"]
+    failed, times = reproduce._sweeps(pending, "smoke", [], "unused", 1, lines.append)
+    assert failed == ["dies", "fails"] and set(times) == {"ok", "last"}
     log = "\n".join(lines)
     assert "[dies] the sweep worker exited with status 3 during the sweep" in log
     assert "[ok] ran" in log and "[last] ran" in log and "[after]" not in log  # 0 pending: not swept
     assert "=== ok: done" in log and "=== fails: FAILED" in log and "=== last: done" in log
+
+
+def test_reproduce_starts_the_longest_sweeps_first(tmp_path):
+    """Longest-processing-time order: unmeasured sweeps first (most jobs first), then by measured seconds
+    scaled to the jobs still pending; done sweeps dropped; the written table reads back as the next order."""
+    from attnrepro.commands import reproduce
+
+    pending = {"short": 10, "long": 5, "half_done": 2, "new": 3, "newer": None, "done": 0}
+    sizes = {"short": 10, "long": 5, "half_done": 4, "new": 3, "newer": 7, "done": 6}
+    seconds = {"short": 20.0, "long": 100.0, "half_done": 150.0, "done": 500.0}
+    assert reproduce.order(pending, sizes, seconds) == ["newer", "new", "long", "half_done", "short"]
+    path = tmp_path / "sweep_seconds.csv"
+    reproduce.write_sweep_seconds(path, "quick", {"half_done": 30.0, "short": 50.0}, pending, sizes)
+    assert reproduce.read_sweep_seconds("quick", path) == {"half_done": 60.0, "short": 50.0}
+    assert reproduce.read_sweep_seconds("paper", path) == {}
+    assert reproduce.read_sweep_seconds("quick", tmp_path / "missing.csv") == {}
+    assert reproduce.read_sweep_seconds("quick", reproduce.SWEEP_SECONDS)  # the committed table reads

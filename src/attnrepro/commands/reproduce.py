@@ -6,15 +6,20 @@ An experiment whose every job has a complete record made by this code is not swe
 is `attnrepro train -m experiment=<name> profile=<profile>`, which skips the complete jobs, run by
 one of `workers` sweep worker subprocesses (default: 2 on a machine with 2 or more cores, else 1;
 commands.sweep_worker: each runs its sweeps one after the other and imports torch and Lightning
-once), the sweeps with the most jobs to run first, each worker with cores / workers torch threads
+once), the longest first (longest-processing-time order: by the sweep seconds of
+reference/sweep_seconds.csv, scaled by the share of the grid still to run; a sweep not in that table
+first, the most jobs first), each worker with cores / workers torch threads
 (OMP_NUM_THREADS, unless it is set already: more threads than cores slows every step down many times
-over); their output lines are prefixed with the experiment. Then the theory curves of the experiments that have
-them (cached alike), the aggregate stage (tables) and the figure stage (figures, report, claims).
+over); their output lines are prefixed with the experiment. Each sweep's wall time is written to
+<outputs>/report/sweep_seconds.csv (copy it over the reference to refresh the order). Then the theory
+curves of the experiments that have them (cached alike), the aggregate stage (tables) and the figure
+stage (figures, report, claims).
 A second run with nothing changed computes nothing.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -22,8 +27,11 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from attnrepro.commands.args import UsageError, default_outputs, parse
+
+SWEEP_SECONDS = Path(__file__).resolve().parents[3] / "reference" / "sweep_seconds.csv"
 
 
 def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -> int | None:
@@ -43,6 +51,15 @@ def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -
     if not pending:
         log(f"[{name}] all {len(states)} jobs done before, nothing to run")
     return pending
+
+
+def _grid_size(name: str, profile: str) -> int:
+    from attnrepro.jobs.grid import grid_size
+
+    try:
+        return grid_size(name, profile)
+    except Exception:  # a broken grid: its sweep reports it
+        return 0
 
 
 class _Worker:
@@ -82,13 +99,51 @@ class _Worker:
         self.proc.wait()
 
 
+def read_sweep_seconds(profile: str, path: Path = SWEEP_SECONDS) -> dict[str, float]:
+    """{experiment: seconds} of the profile's sweeps as last measured (empty when the table is missing
+    or unreadable: the order then falls back to job counts)."""
+    try:
+        with open(path, newline="") as f:
+            return {r["experiment"]: float(r["seconds"]) for r in csv.DictReader(f) if r["profile"] == profile}
+    except (OSError, KeyError, ValueError):
+        return {}
+
+
+def order(pending: dict[str, int | None], sizes: dict[str, int], seconds: dict[str, float]) -> list[str]:
+    """The sweeps with jobs pending, longest first (longest-processing-time order, which keeps both
+    workers busy to the end): a sweep without a measured time first, the most pending jobs first (None:
+    not expanded, counted as its whole grid); then by seconds x pending / grid size."""
+    todo = [n for n in pending if pending[n] != 0]
+    unknown = sorted((n for n in todo if n not in seconds), key=lambda n: -(pending[n] or sizes.get(n, 0)))
+    known = sorted((n for n in todo if n in seconds),
+                   key=lambda n: -seconds[n] * (pending[n] or sizes.get(n, 1)) / max(sizes.get(n, 1), 1))
+    return unknown + known
+
+
+def write_sweep_seconds(path: Path, profile: str, times: dict[str, float], pending: dict[str, int | None],
+                        sizes: dict[str, int]) -> None:
+    """Each finished sweep's wall time as profile,experiment,seconds,jobs_run rows; seconds is the whole
+    grid's (the measured time x grid size / jobs run, when only some jobs ran)."""
+    rows = []
+    for n, t in times.items():
+        ran = pending[n] or sizes.get(n) or 1
+        rows.append([profile, n, f"{t * max(sizes.get(n) or ran, ran) / ran:.1f}", ran])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["profile", "experiment", "seconds", "jobs_run"])
+        w.writerows(sorted(rows, key=lambda r: -float(r[2])))
+
+
 def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
-            log) -> list[str]:
-    """The sweeps with jobs pending, the most pending jobs first, on `workers` sweep workers; the names
-    that failed. A worker that dies is replaced for the next sweep."""
+            log, sizes: dict[str, int] | None = None, seconds: dict[str, float] | None = None
+            ) -> tuple[list[str], dict[str, float]]:
+    """The sweeps with jobs pending, in `order`, on `workers` sweep workers: (the names that failed,
+    {name: wall seconds} of those that finished). A worker that dies is replaced for the next sweep."""
     start = time.perf_counter()
     names = list(pending)
-    todo = sorted((n for n in names if pending[n] != 0), key=lambda n: -(pending[n] or 0))
+    todo = order(pending, sizes or {}, seconds or {})
+    times: dict[str, float] = {}
     slots = max(1, min(workers, len(todo) or 1))
     threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // slots))  # a user's value kept
     queue, failed = list(reversed(todo)), []  # list.pop and list.append are atomic
@@ -110,14 +165,16 @@ def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], 
                 worker = None
             log(f"=== {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
                 f"(total {time.perf_counter() - start:.1f}s) ===")
-            if not ok:
+            if ok:
+                times[name] = time.perf_counter() - t
+            else:
                 failed.append(name)
         if worker:
             worker.close()
 
     with ThreadPoolExecutor(max_workers=slots) as pool:
         list(pool.map(lambda _: slot(), range(slots)))
-    return [n for n in names if n in failed]
+    return [n for n in names if n in failed], times
 
 
 def main(argv: list[str]) -> int:
@@ -149,7 +206,11 @@ def main(argv: list[str]) -> int:
     rc_theory: list[int] = []
     theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers)))
     theory.start()
-    failed = _sweeps(pending, profile, hydra_overrides, outputs, workers, log)
+    sizes = {n: _grid_size(n, profile) for n in names}
+    failed, times = _sweeps(pending, profile, hydra_overrides, outputs, workers, log, sizes,
+                            read_sweep_seconds(profile))
+    if times:
+        write_sweep_seconds(Path(outputs) / "report" / "sweep_seconds.csv", profile, times, pending, sizes)
     log(f"\n=== sweeps finished in {time.perf_counter() - start:.1f}s ===")
     theory.join()
     rc_theory = rc_theory[0] if rc_theory else 1

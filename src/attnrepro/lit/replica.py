@@ -7,7 +7,8 @@ history are shared), so use it with one seed per job when that matters.
 One optimiser step per Lightning step; the data live in the problem
 (buffers, moved with the module), so the loader only ticks.
 
-Convergence (per replica, at logged steps). A replica *converged* when its
+Convergence (per replica, at logged steps; with L-BFGS, whose every step is up to 20 iterations
+with their line searches, the gradient test runs at every step). A replica *converged* when its
 relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries
 of that replica, L_0 its objective at the first step; scale-free, so one
 tolerance serves every n and d, and finite where L -> 0) is at most
@@ -123,11 +124,15 @@ class ReplicaModule(pl.LightningModule):
             loss = self._objective(step)
             opt.step()
         done = step + 1
-        if done % self.log_every == 0 or done == self.steps:
+        logged = done % self.log_every == 0 or done == self.steps
+        if logged:
             self._log_curves(done)
+        if logged or (self.optimizer_name == "lbfgs" and self.tol_grad > 0):
             # p.grad still holds this step's gradient (it is zeroed at the next step's start)
             grad = self.relative_gradient() if self.tol_grad > 0 else None
-            self._check_convergence(done, loss.detach(), grad)
+            self._check_convergence(done, loss.detach(), grad, stall=logged)
+            if self.trainer.should_stop and not logged:
+                self._log_curves(done)  # the curves end where training did
 
     def moved(self, objective: torch.Tensor) -> torch.Tensor:
         """Per replica: |L - L_0| / |L_0| > tol_move (strict: with tol_move = 0 the objective must have
@@ -135,20 +140,24 @@ class ReplicaModule(pl.LightningModule):
         L0 = self.initial_objective
         return (objective - L0).abs() / L0.abs().clamp_min(1e-30) > self.tol_move
 
-    def _check_convergence(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None) -> None:
+    def _check_convergence(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None,
+                           stall: bool = True) -> None:
+        """Mark the replicas that converged (grad_rel <= tol_grad) or, when `stall` (a logged step),
+        stalled (objective change since the previous logged step below tol); stop when all have."""
         if self.tol <= 0 and self.tol_grad <= 0:
             return
         n = objective.shape[0]
         if self.converged_step is None:
             self.converged_step, self.stalled_step = [float("nan")] * n, [float("nan")] * n
         stalled = torch.zeros_like(objective, dtype=torch.bool)
-        if self.tol > 0 and self._last_objective is not None:
+        if stall and self.tol > 0 and self._last_objective is not None:
             change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
             stalled = change < self.tol
         converged = grad_rel <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
         moved = self.moved(objective)
         converged, stalled = converged & moved, stalled & moved
-        self._last_objective = objective
+        if stall:
+            self._last_objective = objective
         for r in range(n):  # the first time each happens (nan != nan)
             if bool(converged[r]) and self.converged_step[r] != self.converged_step[r]:
                 self.converged_step[r] = float(step)

@@ -14,7 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 REFERENCE_DIR = Path(__file__).resolve().parents[3] / "reference"
-RTOL = 1e-9
+# The state evolution's claims are root solves stopped at their tolerance: two runs of the same code (seen:
+# on different days, at other thread counts) moved 26 of them by 1e-9 to 1e-7 relative. A move beyond
+# 1e-6 is a change.
+RTOL = 1e-6
 
 
 def reference_path(profile: str) -> Path:
