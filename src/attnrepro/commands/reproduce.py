@@ -136,8 +136,8 @@ def write_sweep_seconds(path: Path, profile: str, times: dict[str, float], pendi
 
 
 def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
-            log, sizes: dict[str, int] | None = None, seconds: dict[str, float] | None = None
-            ) -> tuple[list[str], dict[str, float]]:
+            log, sizes: dict[str, int] | None = None, seconds: dict[str, float] | None = None,
+            user_threads: str | None = None) -> tuple[list[str], dict[str, float]]:
     """The sweeps with jobs pending, in `order`, on `workers` sweep workers: (the names that failed,
     {name: wall seconds} of those that finished). A worker that dies is replaced for the next sweep."""
     start = time.perf_counter()
@@ -145,7 +145,7 @@ def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], 
     todo = order(pending, sizes or {}, seconds or {})
     times: dict[str, float] = {}
     slots = max(1, min(workers, len(todo) or 1))
-    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // slots))  # a user's value kept
+    threads = int(user_threads or max(1, (os.cpu_count() or 1) // slots))  # a user's OMP_NUM_THREADS kept
     queue, failed = list(reversed(todo)), []  # list.pop and list.append are atomic
 
     def slot() -> None:
@@ -201,6 +201,12 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     workers = int(args["workers"])
+    user_threads = os.environ.get("OMP_NUM_THREADS")
+    # The theory curves run in this process beside the sweeps: cores / workers BLAS and torch threads, set
+    # before numpy and torch load (with their default of one per core, the theory stage beside two
+    # 1-thread sweeps on 2 cores took 367 s of curve time against 126 s, and slowed the sweeps 1.6x).
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // workers)))
     pending = {name: _pending(name, profile, hydra_overrides, outputs, log) for name in names}
     # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps
     rc_theory: list[int] = []
@@ -208,7 +214,7 @@ def main(argv: list[str]) -> int:
     theory.start()
     sizes = {n: _grid_size(n, profile) for n in names}
     failed, times = _sweeps(pending, profile, hydra_overrides, outputs, workers, log, sizes,
-                            read_sweep_seconds(profile))
+                            read_sweep_seconds(profile), user_threads)
     if times:
         write_sweep_seconds(Path(outputs) / "report" / "sweep_seconds.csv", profile, times, pending, sizes)
     log(f"\n=== sweeps finished in {time.perf_counter() - start:.1f}s ===")
