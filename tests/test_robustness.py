@@ -245,7 +245,7 @@ def test_a_dead_sweep_worker_fails_its_sweep_and_is_replaced(monkeypatch):
 
 def test_reproduce_starts_the_longest_sweeps_first(tmp_path):
     """Longest-processing-time order: unmeasured sweeps first (most jobs first), then by measured seconds
-    scaled to the jobs still pending; done sweeps dropped; the written table reads back as the next order."""
+    scaled to the jobs still pending; done sweeps dropped; the table a run writes reads back."""
     from attnrepro.commands import reproduce
 
     pending = {"short": 10, "long": 5, "half_done": 2, "new": 3, "newer": None, "done": 0}
