@@ -22,3 +22,18 @@ def test_compare_lists_exactly_what_changed():
     assert "nan" not in diff.index  # not enough data on both sides is no change
     assert compare(ref, ref).empty
     assert compare(now, ref, rtol=1e-3).set_index("id").index.tolist() == ["c", "new", "gone"]
+
+
+def test_a_run_of_some_figures_is_compared_with_those_figures_claims_only(tmp_path, monkeypatch):
+    from attnrepro.report import claims_diff
+
+    ref = pd.DataFrame([("f1/a", "f1", 1.0, True), ("f2/b", "f2", 2.0, True)],
+                       columns=["id", "figure", "measured", "holds"])
+    ref.to_csv(tmp_path / "claims_paper.csv", index=False)
+    monkeypatch.setattr(claims_diff, "REFERENCE_DIR", tmp_path)
+    monkeypatch.setattr(claims_diff, "reference_path", lambda profile: tmp_path / f"claims_{profile}.csv")
+    now = pd.DataFrame([("f1/a", "f1", 1.0, True)], columns=["id", "figure", "measured", "holds"])
+    diff, note = claims_diff.against_reference(now, "paper", ["f1"])
+    assert diff.empty and "0 of 1 claims differ" in note
+    diff, _ = claims_diff.against_reference(now, "paper")  # every figure drawn: f2's claim is missing
+    assert diff.set_index("id").loc["f2/b", "change"] == "removed"

@@ -54,8 +54,10 @@ def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -
     return pd.DataFrame(rows, columns=["id", "change", "measured", "reference", "holds", "reference_holds"])
 
 
-def against_reference(claims: pd.DataFrame, profile: str | None) -> tuple[pd.DataFrame | None, str]:
-    """(differences, note) of claims against the profile's committed reference; None when there is none."""
+def against_reference(claims: pd.DataFrame, profile: str | None,
+                      figures: list[str] | None = None) -> tuple[pd.DataFrame | None, str]:
+    """(differences, note) of claims against the profile's committed reference, restricted to the
+    reference's claims of `figures` when given (a run that drew some figures); None when there is none."""
     path = reference_path(profile) if profile else None
     if path is None or not path.is_file():
         return None, f"no reference claims table for profile {profile!r}" if profile else "profile unknown"
@@ -63,5 +65,8 @@ def against_reference(claims: pd.DataFrame, profile: str | None) -> tuple[pd.Dat
         reference = pd.read_csv(path)
     except (OSError, ValueError) as e:
         return None, f"reference {path} unreadable: {e}"
+    if figures is not None:
+        reference = reference[reference["figure"].isin(figures)]
     diff = compare(claims, reference)
-    return diff, f"against {path.relative_to(REFERENCE_DIR.parent)}: {len(diff)} of {len(claims)} claims differ"
+    return diff, (f"against {path.relative_to(REFERENCE_DIR.parent)}: {len(diff)} of {len(claims)} claims differ"
+                  + (f" (the reference's claims of {len(figures)} figures)" if figures is not None else ""))

@@ -211,7 +211,8 @@ def build_report(outputs: str | Path, names: Sequence[str] | None = None) -> Rep
         if was_reused:
             reused.append(spec.name)
     claims = pd.DataFrame([c.row() for r in rendered for c in r.claims], columns=COLUMNS)
-    diff, note = against_reference(claims, status.get("profile"))
+    diff, note = against_reference(claims, status.get("profile"),
+                                   [r.spec.name for r in rendered] if names is not None else None)
     report_dir = outputs / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     csv_path, html_path = report_dir / "claims.csv", report_dir / "index.html"
