@@ -31,7 +31,6 @@ def test_a_run_of_some_figures_is_compared_with_those_figures_claims_only(tmp_pa
                        columns=["id", "figure", "measured", "holds"])
     ref.to_csv(tmp_path / "claims_paper.csv", index=False)
     monkeypatch.setattr(claims_diff, "REFERENCE_DIR", tmp_path)
-    monkeypatch.setattr(claims_diff, "reference_path", lambda profile: tmp_path / f"claims_{profile}.csv")
     now = pd.DataFrame([("f1/a", "f1", 1.0, True)], columns=["id", "figure", "measured", "holds"])
     diff, note = claims_diff.against_reference(now, "paper", ["f1"])
     assert diff.empty and "0 of 1 claims differ" in note
