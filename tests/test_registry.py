@@ -2,6 +2,8 @@
 experiments are real experiments, and every experiment is read by some figure (a sweep no
 figure reads is wasted compute; a source with no sweep is a figure that can never be drawn)."""
 
+import pytest
+
 from attnrepro.jobs.grid import experiments, grid_points, grid_size
 from attnrepro.jobs.theory import curves
 from attnrepro.report.figure_spec import specs
@@ -59,3 +61,30 @@ def test_base_config_is_composed_once_and_handed_out_as_copies():
     assert first == compose(["experiment=xor_phase_dm", "profile=smoke"])
     first.task.d = -1
     assert base_config("xor_phase_dm", "smoke").task.d != -1
+
+
+def test_a_grid_of_parts_is_the_union_of_their_products_each_point_once():
+    from attnrepro.jobs.grid import product, replace
+
+    grid = [{"a": [1, 2], "b": [0]}, {"a": [2, 3], "b": 0}, {"c": ["x"]}]
+    assert product(grid) == [{"a": 1, "b": 0}, {"a": 2, "b": 0}, {"a": 3, "b": 0}, {"c": "x"}]
+    assert product(grid[0]) == product([grid[0]])
+    assert product(replace(grid, {"b": [5]})) == [{"a": a, "b": 5} for a in (1, 2, 3)] + [{"c": "x", "b": 5}]
+    for bad, match in (([], "empty list of parts"), ([{"a": [1]}, 3], "part 1 is not a map"), ([{"a": []}], "'a' is empty")):
+        with pytest.raises(ValueError, match=match):
+            product(bad)
+
+
+def test_error_vs_alpha_trains_lambda_zero_by_adam_and_lambda_above_zero_to_the_minimiser():
+    """conf/experiment/tied_error_vs_alpha.yaml: one grid part per optimiser (quick and paper alike); a
+    command-line value replaces its key in both parts."""
+    from attnrepro.jobs.grid import compose_many
+
+    for profile, d in (("quick", 50), ("paper", 200)):
+        points = grid_points("tied_error_vs_alpha", profile, ["task.alpha=0.2", "task.Delta=0.5"])
+        cfgs = compose_many(points)
+        assert sorted(c.model.lam for c in cfgs) == [0.0, 0.001, 0.01, 0.1, 0.3]
+        for c in cfgs:
+            assert (c.task.d, c.task.alpha, c.task.Delta) == (d, 0.2, 0.5)
+            want = ("adam", 1e-4, 1e-5) if c.model.lam == 0 else ("lbfgs", 2e-5, 0.0)
+            assert (c.train.optimizer, c.train.tol_grad, c.train.tol) == want, (profile, c.model.lam)

@@ -109,8 +109,9 @@ class Config:
     experiment: str = "adhoc"
     seed: int = 0
     n_seeds: int = "${profile.n_seeds}"  # type: ignore[assignment]
-    # grid[profile] = {override key: list of values}; swept by the grid sweeper (-m).
-    grid: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # grid[profile] = {override key: list of values}, or a list of such maps (their union); swept by the
+    # grid sweeper (-m), expanded by jobs.grid.product.
+    grid: Dict[str, Any] = field(default_factory=dict)
 
 
 SCHEMAS = {

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from attnrepro.jobs.grid import parts
 from attnrepro.jobs.job import digest
 from attnrepro.jobs.provenance import fingerprint
 from attnrepro.jobs.records import atomic_write
@@ -120,7 +121,8 @@ def _jobs_html(status: dict) -> str:
 def _configs_html(status: dict, profile: str) -> str:
     if not status:
         return ""
-    grid = "\n".join(f"{k}: {json.dumps(v)}" for k, v in (status.get("grid") or {}).items())
+    grid = "\n\n".join("\n".join(f"{k}: {json.dumps(v)}" for k, v in part.items())
+                       for part in parts(status.get("grid") or {}))
     example = status.get("example_config")
     ex = (f"<details><summary>one resolved job config ({_esc(' '.join(example['overrides']))})</summary>"
           f"<pre>{_esc(json.dumps(example['config'], indent=1))}</pre></details>") if example else ""

@@ -1,8 +1,9 @@
 """Hydra sweeper `hydra/sweeper=grid`: Hydra's basic sweeper, plus the experiment's grid.
 
 An experiment file declares `grid: {smoke: {...}, quick: {...}, paper: {...}}`,
-each a map from an override key to a list of values. With `-m`, the grid of the
-active profile is swept; command-line sweeps of the same key replace it. Every
+each a map from an override key to a list of values, or a list of such maps (the
+union of their products). With `-m`, the grid of the active profile is swept;
+command-line sweeps of the same key replace it (in every part). Every
 job's config is composed and validated before the first job starts, so a bad
 value anywhere in the grid costs no work.
 """
@@ -32,11 +33,12 @@ class GridSweeper(BasicSweeper):
     def job_overrides(self, arguments: List[str]) -> List[List[str]]:
         """The override list of every job: the profile's grid, then hydra.sweeper.params, then the
         command line, each replacing the same key of the one before, expanded by jobs.grid.product."""
-        from attnrepro.jobs.grid import product, profile_grid
+        from attnrepro.jobs.grid import product, profile_grid, replace
 
-        grid = dict(profile_grid(self.config, self.config.profile.name)) if self.config.get("grid") else {}
+        grid = profile_grid(self.config, self.config.profile.name) if self.config.get("grid") else {}
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         given = [f"{k}={v}" for k, v in (self.params or {}).items()] + list(arguments)
+        replaced = {}
         for ov in parser.parse_overrides(given):
             key = ov.get_key_element()
             if ov.is_sweep_override():
@@ -45,8 +47,9 @@ class GridSweeper(BasicSweeper):
                     raise ValueError(f"sweep of '{key}' is empty: an empty grid has no jobs")
             else:
                 values = [ov.get_value_element_as_str()]
-            grid[key] = values  # a grid key keeps its place (as BasicSweeper's ordered arguments did)
-        return [[f"{k}={'null' if v is None else v}" for k, v in point.items()] for point in product(grid)]
+            replaced[key] = values  # a grid key keeps its place (as BasicSweeper's ordered arguments did)
+        return [[f"{k}={'null' if v is None else v}" for k, v in point.items()]
+                for point in product(replace(grid, replaced))]
 
     def sweep(self, arguments: List[str]) -> Any:
         """Compose and validate every job, set aside those whose record is complete (and made by this
