@@ -70,7 +70,8 @@ def test_a_grid_of_parts_is_the_union_of_their_products_each_point_once():
     assert product(grid) == [{"a": 1, "b": 0}, {"a": 2, "b": 0}, {"a": 3, "b": 0}, {"c": "x"}]
     assert product(grid[0]) == product([grid[0]])
     assert product(replace(grid, {"b": [5]})) == [{"a": a, "b": 5} for a in (1, 2, 3)] + [{"c": "x", "b": 5}]
-    for bad, match in (([], "empty list of parts"), ([{"a": [1]}, 3], "part 1 is not a map"), ([{"a": []}], "'a' is empty")):
+    bad_grids = (([], "empty list of parts"), ([{"a": [1]}, 3], "part 1 is not a map"), ([{"a": []}], "'a' is empty"))
+    for bad, match in bad_grids:
         with pytest.raises(ValueError, match=match):
             product(bad)
 

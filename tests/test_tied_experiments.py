@@ -215,8 +215,8 @@ def test_tied_figures_render_with_claims(fake_tied_outputs):
             for rep, val in enumerate(r["metrics"]["val_error"]):
                 at_seed = (model["param"], task["alpha"], rep)
                 best[at_seed] = min(best.get(at_seed, (np.inf, None)), (val, model["lam"]))
-    assert {k: lam for k, (_, lam) in best.items()} == {
-        (p, a, rep): lam for p, a, rep, lam in chosen[["model.param", "task.alpha", "replica", "model.lam"]].itertuples(index=False)}
+    picked = chosen[["model.param", "task.alpha", "replica", "model.lam"]].itertuples(index=False)
+    assert {k: lam for k, (_, lam) in best.items()} == {(p, a, rep): lam for p, a, rep, lam in picked}
     for alpha in (0.1, 0.3):
         at = chosen[chosen["task.alpha"] == alpha].groupby("model.param")["test_error"].mean()
         gap = _measured(claims, f"tied_factorized_vs_direct/factorized_beats_direct/alpha={alpha}")
