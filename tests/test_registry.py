@@ -70,6 +70,12 @@ def test_a_grid_of_parts_is_the_union_of_their_products_each_point_once():
     assert product(grid) == [{"a": 1, "b": 0}, {"a": 2, "b": 0}, {"a": 3, "b": 0}, {"c": "x"}]
     assert product(grid[0]) == product([grid[0]])
     assert product(replace(grid, {"b": [5]})) == [{"a": a, "b": 5} for a in (1, 2, 3)] + [{"c": "x", "b": 5}]
+    # a command-line value goes to the parts that list it, or to every part when none does
+    by_lam = [{"lam": [0.0], "opt": "adam"}, {"lam": [0.001, 0.01], "opt": "lbfgs"}]
+    assert product(replace(by_lam, {"lam": ["0.01"]})) == [{"lam": "0.01", "opt": "lbfgs"}]
+    assert product(replace(by_lam, {"lam": ["1e-3", "0", "0.5"]})) == [
+        {"lam": "0", "opt": "adam"}, {"lam": "0.5", "opt": "adam"}, {"lam": "1e-3", "opt": "lbfgs"},
+        {"lam": "0.5", "opt": "lbfgs"}]
     bad_grids = (([], "empty list of parts"), ([{"a": [1]}, 3], "part 1 is not a map"), ([{"a": []}], "'a' is empty"))
     for bad, match in bad_grids:
         with pytest.raises(ValueError, match=match):
@@ -78,8 +84,12 @@ def test_a_grid_of_parts_is_the_union_of_their_products_each_point_once():
 
 def test_error_vs_alpha_trains_lambda_zero_by_adam_and_lambda_above_zero_to_the_minimiser():
     """conf/experiment/tied_error_vs_alpha.yaml: one grid part per optimiser (quick and paper alike); a
-    command-line value replaces its key in both parts."""
+    command-line value goes to the parts that list it."""
     from attnrepro.jobs.grid import compose_many
+
+    (one,) = compose_many(grid_points("tied_error_vs_alpha", "quick", ["model.lam=0.01", "task.alpha=0.2",
+                                                                       "task.Delta=0"]))
+    assert (one.model.lam, one.train.optimizer) == (0.01, "lbfgs")
 
     for profile, d in (("quick", 50), ("paper", 200)):
         points = grid_points("tied_error_vs_alpha", profile, ["task.alpha=0.2", "task.Delta=0.5"])

@@ -64,13 +64,28 @@ def parts(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict]:
     return [dict(part) for part in grid]
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Whether a command-line value (a string) names a grid value: 0.001 is '0.001' and '1e-3'."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b) or {str(a), str(b)} == {"None", "null"}
+
+
 def replace(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]], values: Mapping[str, Any]) -> list[dict]:
-    """The grid's parts with ``values`` (key -> list) replacing the same key in every part (a new key
-    goes last in each)."""
-    out = []
-    for part in parts(grid):
-        part.update(values)
-        out.append(part)
+    """The grid's parts with ``values`` (key -> list, e.g. from the command line) in place of their own:
+    a value goes to the parts whose list of that key has it, and to every part when none has it (so
+    with one part, values simply replace the grid's); a part left without any value of a key is dropped.
+    A key no part has goes last in each."""
+    out = parts(grid)
+    for key, vals in values.items():
+        vals = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+        listed = [[i for i, part in enumerate(out) if key in part and any(
+            _same(v, w) for w in (part[key] if isinstance(part[key], (list, tuple)) else [part[key]]))]
+            for v in vals]
+        every = range(len(out))
+        out = [{**part, key: mine} for i, part in enumerate(out)
+               if (mine := [v for v, where in zip(vals, listed) if i in (where or every)])]
     return out
 
 
@@ -125,7 +140,8 @@ def grid_points(experiment: str, profile: str, extra: list[str] = ()) -> list[li
     base = [f"experiment={experiment}", f"profile={profile}", *extra]
     given = {ov.split("=", 1)[0].lstrip("+~") for ov in extra}
     cfg = compose(base) if extra else base_config(experiment, profile)  # extras are checked by composing
-    grid = drop(profile_grid(cfg, profile), given)
+    plain = dict(ov.split("=", 1) for ov in extra if "=" in ov and not ov.startswith(("+", "~")))
+    grid = drop(replace(profile_grid(cfg, profile), {k: [v] for k, v in plain.items()}), given)
     return [base + [override(k, v) for k, v in point.items()] for point in product(grid)]
 
 

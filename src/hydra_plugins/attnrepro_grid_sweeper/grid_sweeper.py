@@ -3,7 +3,8 @@
 An experiment file declares `grid: {smoke: {...}, quick: {...}, paper: {...}}`,
 each a map from an override key to a list of values, or a list of such maps (the
 union of their products). With `-m`, the grid of the active profile is swept;
-command-line sweeps of the same key replace it (in every part). Every
+command-line sweeps of the same key replace it (jobs.grid.replace: with
+parts, a value goes to the parts that list it, or to all when none does). Every
 job's config is composed and validated before the first job starts, so a bad
 value anywhere in the grid costs no work.
 """
