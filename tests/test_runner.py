@@ -180,3 +180,20 @@ def test_lbfgs_checks_its_gradient_at_every_step(job_config):
     assert max(rec["derived"]["converged_step"]) == steps < 150
     assert rec["curves"]["step"] == [0, steps]
     assert rec["derived"]["converged"] == [True, True] and max(rec["derived"]["grad_rel"]) <= 1e-4
+
+
+def test_a_long_job_says_it_is_running(job_config, monkeypatch, capsys):
+    """Every PROGRESS_S seconds a running job prints '<label>: running, <t> s', then stops when the job
+    ends; the records' provenance does not follow jobs/training.py, so the job's record is unchanged."""
+    from attnrepro.jobs import training
+
+    monkeypatch.setattr(training, "PROGRESS_S", 0.05)
+    cfg, _ = job_config("experiment=tied_interpolation_peak", "task.d=16", "model.lam=0.01", "task.alpha=0.2",
+                        "n_seeds=2", "train.steps=150", "train.tol_grad=1e-4")
+    assert run_job(cfg)["status"] == "complete"
+    out = capsys.readouterr().out.splitlines()
+    beats = [ln for ln in out if ": running, " in ln]
+    assert beats and all(ln.startswith("[tied_interpolation_peak] job") for ln in beats)
+    assert out.index(beats[-1]) < next(i for i, ln in enumerate(out) if ": complete in " in ln)
+    assert [float(ln.rsplit(", ", 1)[1].split()[0]) for ln in beats] == sorted(
+        float(ln.rsplit(", ", 1)[1].split()[0]) for ln in beats)

@@ -6,8 +6,11 @@ final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.S
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import platform
+import threading
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -108,6 +111,28 @@ def _job_label() -> str:
         return "job"
 
 
+PROGRESS_S = 60.0  # a running job says so every this many seconds
+
+
+@contextlib.contextmanager
+def _still_running(label: str):
+    """Print '<label>: running, <t> s' every PROGRESS_S seconds until the block ends (from a thread: the
+    training code, whose edits make records stale, stays as it is)."""
+    done, t0 = threading.Event(), time.perf_counter()
+
+    def beat():
+        while not done.wait(PROGRESS_S):
+            print(f"{label}: running, {time.perf_counter() - t0:.0f} s", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | None = None) -> dict:
     """Run one grid point (all its seeds as replicas) and write its record, unless a complete
     record made by this code exists. overrides: the job's command-line overrides, for the record and
@@ -131,8 +156,9 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | No
 
     full_fp32_matmuls()
     tracker = make_tracker(cfg, job.key, job.path.parent)
-    record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},
-                         before_write=tracker.finish)
+    with _still_running(label):
+        record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},
+                             before_write=tracker.finish)
     status = record["status"] if record["status"] == "complete" else f"FAILED ({record['reason']})"
     print(f"{label}: {status} in {record['timings']['total_s']:.1f}s ({job.key})", flush=True)
     return {"key": job.key, "status": record["status"]}
