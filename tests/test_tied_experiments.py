@@ -347,7 +347,8 @@ def test_scaling_law_fit_leaves_out_unconverged_seeds():
 
 def test_factorized_vs_direct_cross_validates_among_converged_runs_only():
     """A seed's run that missed its gradient tolerance is not the ERM at its lambda: the seed's
-    cross-validation skips it even where its validation error is the smallest, and the claim counts it."""
+    cross-validation skips it even where its validation error is the smallest, and the claim counts it;
+    a seed without a run at every lambda of its side is left out."""
     from attnrepro.papers.tied_attention.figures import tied_factorized_vs_direct as fvd
     from attnrepro.report.tables import ExperimentData
 
@@ -359,13 +360,16 @@ def test_factorized_vs_direct_cross_validates_among_converged_runs_only():
     # direct, seed 0: lambda = 0 has the smallest validation error but did not converge -> 0.1 is chosen
     direct = frame("direct", [(0.0, 0, 0.1, 0.9, False), (0.1, 0, 0.3, 0.5, True), (1.0, 0, 0.4, 0.7, True),
                               (0.0, 1, 0.2, 0.6, True), (0.1, 1, 0.3, 0.8, True), (1.0, 1, 0.5, 0.9, True)])
-    fact = frame("factorized", [(0.0, s, 0.2, 0.3, True) for s in (0, 1)] + [(0.1, s, 0.3, 0.1, True) for s in (0, 1)])
+    # factorized: seeds 0, 1 at both lambdas; seed 2 at lambda = 0 only (an extra run) is no choice at all
+    fact = frame("factorized", [(0.0, s, 0.2, 0.3, True) for s in (0, 1)] + [(0.1, s, 0.3, 0.1, True) for s in (0, 1)]
+                 + [(0.0, 2, 0.1, 0.9, True)])
     data = {name: ExperimentData(name, df, pd.DataFrame(), pd.DataFrame())
             for name, df in ((fvd.FIGURE, direct), (fvd.ERROR_VS_ALPHA, fact))}
     table = fvd.table(data)
     chosen = table[table["selected"]].set_index(["model.param", "replica"])["model.lam"]
     assert chosen[("direct", 0)] == 0.1 and chosen[("direct", 1)] == 0.0
-    assert chosen[("factorized", 0)] == chosen[("factorized", 1)] == 0.0
+    assert chosen[("factorized", 0)] == chosen[("factorized", 1)] == 0.0 and ("factorized", 2) not in chosen
     claim = next(c for c in fvd.claims(table, None) if "alpha=0.2" in c.id)
     assert claim.measured == pytest.approx((0.5 + 0.6) / 2 - 0.3, rel=1e-12)
-    assert "unconverged (seed, λ) runs: direct 1/6" in claim.detail
+    assert claim.detail.endswith("; left out of the cross-validation: direct 1/6 (seed, λ) runs unconverged, "
+                                 "factorized 1/5 runs of seeds without a run at every λ"), claim.detail

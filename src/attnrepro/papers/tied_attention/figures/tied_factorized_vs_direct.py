@@ -1,7 +1,7 @@
 """Figure tied_factorized_vs_direct: factorized S = WᵀW/√(pd) against direct S = sym(A)/√(pd), each at
 its seeds' cross-validated weight decay. Cross-validation chooses among a seed's converged runs only
-(a run that missed its gradient tolerance is not the ERM at its λ); the claims say how many were left
-out. Claims: differences of seed means with their s.e. (no shared estimates)."""
+(a run that missed its gradient tolerance is not the ERM at its λ), of seeds with a run at every λ;
+the claims say how many were left out. Claims: differences of seed means with their s.e. (no shared estimates)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,21 @@ def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
         return pd.DataFrame(columns=[*cols, "selected"])
     both = pd.concat(parts, ignore_index=True)
     groups = ["model.param", *same]
-    chosen = cross_validation.select(series.converged(both), groups)[["key", "replica"]].assign(selected=True)
+    chosen = cross_validation.select(series.converged(_every_lambda(both, groups)), groups)
+    chosen = chosen[["key", "replica"]].assign(selected=True)
     both = both.merge(chosen, on=["key", "replica"], how="left")
     both["selected"] = both["selected"].astype("boolean").fillna(False).astype(bool)
     return both
+
+
+def _every_lambda(df: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
+    """The rows of seeds that have a run at every λ their group has (records of extra seeds made for
+    some λ only, e.g. with all_records=true, would otherwise choose among those λ alone)."""
+    if df.empty:
+        return df
+    lams = df.groupby(groups, dropna=False)["model.lam"].transform("nunique")
+    mine = df.groupby([*groups, "seed"], dropna=False)["model.lam"].transform("nunique")
+    return df[mine == lams]
 
 
 def _cv_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -83,12 +94,17 @@ def _edge_note(table: pd.DataFrame, selected: pd.DataFrame) -> str:
 
 
 def _left_out_note(table: pd.DataFrame) -> str:
-    """'; left out of the cross-validation as unconverged: <param> k/n runs' (seed, λ), where any was."""
+    """'; left out of the cross-validation: <param> k/n (seed, λ) runs unconverged, <param> k/n runs of
+    seeds without a run at every λ', for each that happened."""
     sim = series.simulation(table)
-    kept = series.converged(sim)
-    notes = [f"{p} {len(at_param(sim, p)) - len(at_param(kept, p))}/{len(at_param(sim, p))}"
-             for p in series.levels(sim, "model.param") if len(at_param(kept, p)) < len(at_param(sim, p))]
-    return f"; left out of the cross-validation as unconverged (seed, λ) runs: {', '.join(notes)}" if notes else ""
+    full = _every_lambda(sim, ["model.param", "task.d", "task.Delta", "task.alpha"])
+    kept = series.converged(full)
+    notes = []
+    for a, b, what in ((full, kept, "(seed, λ) runs unconverged"),
+                       (sim, full, "runs of seeds without a run at every λ")):
+        notes += [f"{p} {len(at_param(a, p)) - len(at_param(b, p))}/{len(at_param(a, p))} {what}"
+                  for p in series.levels(a, "model.param") if len(at_param(b, p)) < len(at_param(a, p))]
+    return f"; left out of the cross-validation: {', '.join(notes)}" if notes else ""
 
 
 def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
@@ -121,7 +137,8 @@ SPEC = register(FigureSpec(
             "labels (Δ of the direct sweep), each at its cross-validated λ: every seed picks the λ of the grid "
             "with the smallest error on its held-out noisy validation set (never the test set), among its runs "
             "that converged (the direct model is trained by L-BFGS to its minimiser at every λ; the factorized "
-            "runs at λ = 0 are Adam's 1000 steps, left out where they miss the gradient tolerance). Test error and "
+            "runs at λ = 0 are Adam's 1000 steps, left out where they miss the gradient tolerance; a seed takes part "
+            "only with a run at every λ of its side). Test error and "
             "estimation error, mean ± s.e. over seeds; right: the selected λ (median over seeds). The factorized "
             "runs are those of tied_error_vs_alpha at the same (d, Δ, α).",
 ))
