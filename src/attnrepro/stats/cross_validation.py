@@ -12,7 +12,9 @@ by the validation error only -- never by the test error:
   seeds' rows at that value are returned.
 
 Ties go to the larger lambda (the simpler model). Rows with a missing validation
-error are ignored; a group (or seed) without any is dropped.
+error are ignored; a group (or seed) without any is dropped. ``complete_seeds`` keeps the
+seeds that have a row at every lambda of their group (a seed run at some lambdas only, e.g.
+extra seeds read with all_records=true, would otherwise choose among those alone).
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from typing import Sequence
 import pandas as pd
 
 PARAM, VAL = "model.lam", "val_error"
+
+
+def complete_seeds(df: pd.DataFrame, groups: Sequence[str], param: str = PARAM, seed: str = "seed") -> pd.DataFrame:
+    """The rows of the seeds that have a row at every value of ``param`` that their group has."""
+    if df.empty:
+        return df
+    groups = list(groups)
+    values = df.groupby(groups, dropna=False)[param].transform("nunique")
+    mine = df.groupby([*groups, seed], dropna=False)[param].transform("nunique")
+    return df[mine == values]
 
 
 def select(df: pd.DataFrame, groups: Sequence[str], param: str = PARAM, val: str = VAL, per: str = "seed",

@@ -180,7 +180,7 @@ def peak_claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     """At every (Delta, lambda) with a "peak" estimate (kappa = 1, lambda <= PEAK_LAMBDA, the state
     evolution with an interior maximum): the simulated peak within one step of the simulations' alpha
     grid of the theory's. And the cross-validated lambda lowering the test error at the peak of the
-    smallest lambda."""
+    smallest lambda (seeds with a run at every lambda)."""
     out, sim, th = [], series.converged(series.simulation(table)), theory_se(table)
     wide = at(sim, model_kappa=1.0)
     for (delta, lam), t in wide[wide["model.lam"] <= PEAK_LAMBDA].groupby(["task.Delta", "model.lam"], sort=True):
@@ -201,6 +201,7 @@ def peak_claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                          f"{listing(ct['task.alpha'].to_numpy(float), ct['test_error'].to_numpy(float))}",
                          key=claim_key("peak_location", kappa=1, Delta=delta, lam=lam)))
     for delta, w in wide.groupby("task.Delta", sort=True):
+        w = cross_validation.complete_seeds(w, ["task.alpha"])
         smallest = float(w["model.lam"].min())
         x, y = seed_means(at(w, model_lam=smallest), "task.alpha", "test_error")
         peak, i = interior_peak(x, y)

@@ -38,21 +38,11 @@ def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
         return pd.DataFrame(columns=[*cols, "selected"])
     both = pd.concat(parts, ignore_index=True)
     groups = ["model.param", *same]
-    chosen = cross_validation.select(series.converged(_every_lambda(both, groups)), groups)
+    chosen = cross_validation.select(series.converged(cross_validation.complete_seeds(both, groups)), groups)
     chosen = chosen[["key", "replica"]].assign(selected=True)
     both = both.merge(chosen, on=["key", "replica"], how="left")
     both["selected"] = both["selected"].astype("boolean").fillna(False).astype(bool)
     return both
-
-
-def _every_lambda(df: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
-    """The rows of seeds that have a run at every λ their group has (records of extra seeds made for
-    some λ only, e.g. with all_records=true, would otherwise choose among those λ alone)."""
-    if df.empty:
-        return df
-    lams = df.groupby(groups, dropna=False)["model.lam"].transform("nunique")
-    mine = df.groupby([*groups, "seed"], dropna=False)["model.lam"].transform("nunique")
-    return df[mine == lams]
 
 
 def _cv_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -97,7 +87,7 @@ def _left_out_note(table: pd.DataFrame) -> str:
     """'; left out of the cross-validation: <param> k/n (seed, λ) runs unconverged, <param> k/n runs of
     seeds without a run at every λ', for each that happened."""
     sim = series.simulation(table)
-    full = _every_lambda(sim, ["model.param", "task.d", "task.Delta", "task.alpha"])
+    full = cross_validation.complete_seeds(sim, ["model.param", "task.d", "task.Delta", "task.alpha"])
     kept = series.converged(full)
     notes = []
     for a, b, what in ((full, kept, "(seed, λ) runs unconverged"),
