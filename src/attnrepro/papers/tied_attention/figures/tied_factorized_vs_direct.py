@@ -1,7 +1,8 @@
 """Figure tied_factorized_vs_direct: factorized S = WᵀW/√(pd) against direct S = sym(A)/√(pd), each at
 its seeds' cross-validated weight decay. Cross-validation chooses among a seed's converged runs only
 (a run that missed its gradient tolerance is not the ERM at its λ), of seeds with a run at every λ;
-the claims say how many were left out. Claims: differences of seed means with their s.e. (no shared estimates)."""
+the claims say how many were left out. Claims: differences of seed means with their s.e. (no shared
+estimates)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from attnrepro.stats.fits import NAN
 from attnrepro.stats.seed_stats import difference, mean_se, summary
 
 FIGURE = "tied_factorized_vs_direct"
+SAME = ["task.d", "task.Delta", "task.alpha"]  # the factorized runs compared are those at the direct runs' points
+CV_GROUPS = ["model.param", *SAME]             # each seed cross-validates lambda within its group
 
 
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
@@ -30,15 +33,13 @@ def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     cols = [*ID, *CONFIG, *METRICS]
     direct = rows(data, FIGURE, cols)
     fact = rows(data, ERROR_VS_ALPHA, cols)
-    same = ["task.d", "task.Delta", "task.alpha"]
     if not direct.empty and not fact.empty:
-        fact = fact.merge(direct[same].drop_duplicates(), on=same, how="inner")
+        fact = fact.merge(direct[SAME].drop_duplicates(), on=SAME, how="inner")
     parts = [p for p in (fact, direct) if not p.empty]
     if not parts:
         return pd.DataFrame(columns=[*cols, "selected"])
     both = pd.concat(parts, ignore_index=True)
-    groups = ["model.param", *same]
-    chosen = cross_validation.select(series.converged(cross_validation.complete_seeds(both, groups)), groups)
+    chosen = cross_validation.select(series.converged(cross_validation.complete_seeds(both, CV_GROUPS)), CV_GROUPS)
     chosen = chosen[["key", "replica"]].assign(selected=True)
     both = both.merge(chosen, on=["key", "replica"], how="left")
     both["selected"] = both["selected"].astype("boolean").fillna(False).astype(bool)
@@ -87,7 +88,7 @@ def _left_out_note(table: pd.DataFrame) -> str:
     """'; left out of the cross-validation: <param> k/n (seed, λ) runs unconverged, <param> k/n runs of
     seeds without a run at every λ', for each that happened."""
     sim = series.simulation(table)
-    full = cross_validation.complete_seeds(sim, ["model.param", "task.d", "task.Delta", "task.alpha"])
+    full = cross_validation.complete_seeds(sim, CV_GROUPS)
     kept = series.converged(full)
     notes = []
     for a, b, what in ((full, kept, "(seed, λ) runs unconverged"),
