@@ -64,6 +64,11 @@ def parts(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict]:
     return [dict(part) for part in grid]
 
 
+def _as_list(value: Any) -> list:
+    """A grid entry's values: the list itself, or the one value."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _same(a: Any, b: Any) -> bool:
     """Whether a command-line value (a string) names a grid value: 0.001 is '0.001' and '1e-3'."""
     try:
@@ -79,13 +84,13 @@ def replace(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]], values: Mappi
     A key no part has goes last in each."""
     out = parts(grid)
     for key, vals in values.items():
-        vals = list(vals) if isinstance(vals, (list, tuple)) else [vals]
-        listed = [[i for i, part in enumerate(out) if key in part and any(
-            _same(v, w) for w in (part[key] if isinstance(part[key], (list, tuple)) else [part[key]]))]
-            for v in vals]
-        every = range(len(out))
-        out = [{**part, key: mine} for i, part in enumerate(out)
-               if (mine := [v for v, where in zip(vals, listed) if i in (where or every)])]
+        vals = _as_list(vals)
+        owners = {}  # value index -> the parts that list it (all parts when none does)
+        for j, v in enumerate(vals):
+            listed = [i for i, part in enumerate(out) if key in part and any(_same(v, w) for w in _as_list(part[key]))]
+            owners[j] = listed or range(len(out))
+        mine = [[v for j, v in enumerate(vals) if i in owners[j]] for i in range(len(out))]
+        out = [{**part, key: m} for part, m in zip(out, mine, strict=True) if m]
     return out
 
 
@@ -99,7 +104,7 @@ def product(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict]
     list of such maps gives each part's points in turn, a point that two parts share once."""
     points = []
     for part in parts(grid):
-        lists = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in part.items()}
+        lists = {k: _as_list(v) for k, v in part.items()}
         empty = [k for k, v in lists.items() if not v]
         if empty:
             raise ValueError(f"grid entry '{empty[0]}' is empty: an empty grid has no jobs")

@@ -70,12 +70,12 @@ def _plain(v: Any) -> Any:
 
 def grid_points(experiment: str, profile: str, keys: tuple[str, ...]) -> list[dict]:
     """The distinct values of ``keys`` over the experiment's grid for the profile."""
-    from attnrepro.jobs.grid import base_config, drop, parts, product, profile_grid
+    from attnrepro.jobs.grid import base_config, parts, product, profile_grid
 
     cfg = base_config(experiment, profile)
     base = {k: _plain(OmegaConf.select(cfg, k, default=None)) for k in keys}
     grid = profile_grid(cfg, profile) if cfg.get("grid") else {}
-    swept = drop(grid, {k for part in parts(grid) for k in part if k not in keys})
+    swept = [{k: v for k, v in part.items() if k in keys} for part in parts(grid)]
     points = []
     for point in product(swept):
         point = {**base, **point}

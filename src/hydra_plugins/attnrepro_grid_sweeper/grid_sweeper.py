@@ -34,7 +34,7 @@ class GridSweeper(BasicSweeper):
     def job_overrides(self, arguments: List[str]) -> List[List[str]]:
         """The override list of every job: the profile's grid, then hydra.sweeper.params, then the
         command line, each replacing the same key of the one before, expanded by jobs.grid.product."""
-        from attnrepro.jobs.grid import product, profile_grid, replace
+        from attnrepro.jobs.grid import override, product, profile_grid, replace
 
         grid = profile_grid(self.config, self.config.profile.name) if self.config.get("grid") else {}
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -49,8 +49,7 @@ class GridSweeper(BasicSweeper):
             else:
                 values = [ov.get_value_element_as_str()]
             replaced[key] = values  # a grid key keeps its place (as BasicSweeper's ordered arguments did)
-        return [[f"{k}={'null' if v is None else v}" for k, v in point.items()]
-                for point in product(replace(grid, replaced))]
+        return [[override(k, v) for k, v in point.items()] for point in product(replace(grid, replaced))]
 
     def sweep(self, arguments: List[str]) -> Any:
         """Compose and validate every job, set aside those whose record is complete (and made by this
