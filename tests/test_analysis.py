@@ -219,6 +219,31 @@ def test_malformed_complete_record_is_listed_not_raised():
     assert len(final) == 2 and bad[0]["key"] == "k" and "3 values for 2 replicas" in bad[0]["error"]
 
 
+def test_all_records_lists_mixed_protocols_and_counts_a_seed_once(tmp_path, smoke_grid_cache):
+    """Read with all_records, a point trained two ways is listed, and a seed two records hold (the
+    grid's job, and the same point run again from seed 1) is counted once."""
+    shutil.copytree(smoke_grid_cache, tmp_path / "cache" / "grid")
+    ov, key, cfg = _jobs("xor_phase_dm")[0]
+    n, steps = cfg["n_seeds"], cfg["train"]["steps"]
+    longer = {**cfg, "train": {**cfg["train"], "steps": 2 * steps}}
+    records = [_fake_record("xor_phase_dm", ov, key, cfg),
+               _fake_record("xor_phase_dm", [*ov, "seed=1"], "b" * 16, {**cfg, "seed": 1}),
+               _fake_record("xor_phase_dm", [*ov, f"train.steps={2 * steps}"], "c" * 16, longer)]
+    for rec in records:
+        write_record(record_path(tmp_path, "xor_phase_dm", rec["key"]), rec)
+    data = tables.load_experiment(tmp_path, "xor_phase_dm", "smoke", all_records=True)
+    seeds = data.final.groupby("train.steps")["seed"].apply(sorted).to_dict()
+    assert seeds == {steps: list(range(n + 1)), 2 * steps: list(range(n))}
+    later, first_seed = ("b" * 16, 1) if key < "b" * 16 else (key, 0)  # the later record's copies go
+    assert data.status["repeated_seeds"] == [[later, s - first_seed] for s in range(1, n)]
+    [mixed] = data.status["mixed"]
+    assert sorted(mixed["keys"]) == sorted([key, "b" * 16, "c" * 16])
+    assert mixed["train"] == {"train.steps": sorted([str(steps), str(2 * steps)])}
+    assert "WARNING: 1 points pool" in tables.status_line(data.status)
+    in_grid = tables.load_experiment(tmp_path, "xor_phase_dm", "smoke")
+    assert in_grid.status["other"] == 2 and not in_grid.status["mixed"] and len(in_grid.final) == n
+
+
 def test_aggregate_lists_failed_corrupt_missing_and_still_builds_table(fake_outputs):
     out, bad, status = fake_outputs
     st = read_status(out)["experiments"]["xor_phase_dm"]

@@ -103,6 +103,8 @@ def _jobs_html(status: dict) -> str:
     items = [("failed", j.get("reason", ""), " ".join(j.get("overrides", []))) for j in status["failed"]]
     items += [("stale", j.get("reason", ""), " ".join(j.get("overrides", []))) for j in status.get("stale", [])]
     items += [("corrupt", j["error"], j["path"]) for j in status["corrupt"]]
+    items += [("mixed protocols", "; ".join(f"{k}: {' | '.join(v)}" for k, v in j["train"].items()),
+               " vs ".join(j["overrides"])) for j in status.get("mixed", [])]
     items += [("missing", "", " ".join(j["overrides"])) for j in status["missing"]]
     th = status.get("theory") or {}
     items += [("theory failed", j["reason"], j["curve"]) for j in th.get("failed", [])]

@@ -19,6 +19,8 @@ listed as corrupt in the status; it never stops the others.
 from __future__ import annotations
 
 import functools
+import json
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -161,6 +163,63 @@ def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
 
 
+def _axes(grid_spec: Any) -> set[str]:
+    """The keys a grid varies within one of its parts (a figure tells their values apart)."""
+    from attnrepro.jobs.grid import parts
+
+    try:
+        return {k for part in parts(grid_spec or {}) for k, v in part.items()
+                if isinstance(v, (list, tuple)) and len(v) > 1}
+    except ValueError:
+        return set()
+
+
+def pooled(records: Sequence[dict], grid_spec: Any) -> tuple[list[dict], set[tuple[str, int]]]:
+    """What pooling records of one experiment outside its grid (all_records) would get wrong.
+
+    A point is a record's config without seed, n_seeds and train; its protocol is its train keys,
+    except those the grid varies within a part (train itself an axis: every train key). Returns
+    (mixed, repeats):
+    - mixed: [{overrides, keys, train: {key: values}}], the points more than one protocol reached
+      (Adam beside L-BFGS, say): their seeds are averaged together, so they are listed;
+    - repeats: the (key, replica) of each seed a point's protocol already has from an earlier record
+      (seed=0 n_seeds=4 beside seed=2 n_seeds=2): a seed draws the same numbers alone or beside
+      others (seeding.replica_generators), so the copy is left out rather than counted twice.
+    """
+    axes = _axes(grid_spec)
+    free = (lambda k: True) if "train" in axes else (lambda k: k not in axes)
+    points: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    for rec in sorted(records, key=lambda r: r["key"]):
+        cfg = {k: v for k, v in flatten(rec["config"]).items() if k not in ("seed", "n_seeds")}
+        protocol = {k: v for k, v in cfg.items() if k.startswith("train.") and free(k)}
+        point = json.dumps({k: v for k, v in cfg.items() if k not in protocol}, sort_keys=True, default=str)
+        points[point].append((rec, protocol))
+    mixed, repeats = [], set()
+    for members in points.values():
+        seen: set[tuple[str, int]] = set()
+        for rec, protocol in members:
+            how, base = json.dumps(protocol, sort_keys=True, default=str), rec["config"].get("seed", 0)
+            for r in range(_n_replicas(rec)):
+                if (how, base + r) in seen:
+                    repeats.add((rec["key"], r))
+                seen.add((how, base + r))
+        values = {k: sorted({json.dumps(p.get(k), default=str) for _, p in members})
+                  for k in sorted({k for _, p in members for k in p})}
+        differ = {k: v for k, v in values.items() if len(v) > 1}
+        if differ:
+            mixed.append({"overrides": [" ".join(rec.get("overrides", [])) for rec, _ in members],
+                          "keys": [rec["key"] for rec, _ in members], "train": differ})
+    return mixed, repeats
+
+
+def _without(df: pd.DataFrame, rows: set[tuple[str, int]]) -> pd.DataFrame:
+    """df less its rows of the given (key, replica)."""
+    if df.empty or not rows:
+        return df
+    drop = pd.MultiIndex.from_frame(df[["key", "replica"]]).isin(list(rows))
+    return df[~drop].reset_index(drop=True)
+
+
 @functools.lru_cache(maxsize=None)
 def expected(experiment: str, profile: str, outputs: str) -> tuple[list[tuple[list[str], str]] | None, dict, str]:
     """(expected jobs or None, the profile's grid, error message): what the sweep should have run."""
@@ -193,9 +252,11 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str, all_reco
     status = {experiment, profile, grid, expected, complete, failed: [{key, overrides, reason}],
     stale: [{key, overrides, reason}] (complete records made by other code: left out until the
     sweep runs them again), corrupt: [{key, path, error}], missing: [{key, overrides}], other
-    (records of the experiment not in this profile's grid: ignored), grid_error, example_config}.
+    (records of the experiment not in this profile's grid: ignored), mixed, repeated_seeds: [[key,
+    replica]] (both from pooled, with all_records only), grid_error, example_config}.
     When the grid cannot be expanded (grid_error), or with all_records (runs made with your own
-    overrides), every complete record is used.
+    overrides), every complete record is used, less the seeds that repeat an earlier record's; the
+    points reached by more than one training protocol are listed in status["mixed"] (see pooled).
     """
     jobs, grid_spec, grid_error = expected(experiment, profile, str(outputs))
     if all_records:
@@ -208,6 +269,10 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str, all_reco
     complete = [s.record for _, s in found.values() if s.status is Status.complete]
     final, curves, arrays, bad = frames(complete)
     bad_keys = {b["key"] for b in bad}
+    mixed, repeats = [], set()
+    if want is None:
+        mixed, repeats = pooled([r for r in complete if r["key"] not in bad_keys], grid_spec)
+        final, curves, arrays = (_without(df, repeats) for df in (final, curves, arrays))
 
     def overrides(key: str, state: State) -> list[str]:
         return (want or {}).get(key) or (state.record or {}).get("overrides", [])
@@ -228,6 +293,8 @@ def load_experiment(outputs: str | Path, experiment: str, profile: str, all_reco
         "missing": [{"key": k, "overrides": ov} for k, ov in (want or {}).items()
                     if k not in found],
         "other": other,
+        "mixed": mixed,
+        "repeated_seeds": sorted([k, r] for k, r in repeats),
         "example_config": next(({"overrides": r.get("overrides", []), "config": r["config"]}
                                 for r in complete if r["key"] not in bad_keys), None),
     }
@@ -242,6 +309,11 @@ def status_line(status: dict) -> str:
             f"{len(status['missing'])} missing")
     if status.get("other"):
         line += f", {status['other']} records not in this profile's grid (other profile or config) ignored"
+    if status.get("repeated_seeds"):
+        line += f", {len(status['repeated_seeds'])} seeds already in another record left out"
+    if status.get("mixed"):
+        line += (f"; WARNING: {len(status['mixed'])} points pool records of different training protocols "
+                 f"(status.json: experiments.{status['experiment']}.mixed)")
     th = status.get("theory")
     if th:
         line += (f"; theory {th['complete']}/{th['expected']} curves, {len(th['failed'])} failed, "
