@@ -130,3 +130,48 @@ def smoke_run() -> SmokeRun:
     assert rc == 0, stdout[-3000:] + stderr[-3000:]
     jobs = {e: expected_jobs(e, "smoke", outputs=str(reproduction.outputs)) for e in experiments()}
     return SmokeRun(reproduction.outputs, stdout, jobs)
+
+
+# --- a real SLURM cluster, for the tests marked `slurm` --------------------------------------------
+#
+# scripts/slurm_cluster.sh brings a one-node cluster up on this machine (.ci/run does it around `make
+# test`). Without one, every `slurm` test skips, saying why: no sinfo, or sinfo not answering in time.
+
+SLURM_ANSWER_S = 5.0
+
+
+def _slurm_unavailable() -> str | None:
+    """Why no SLURM cluster answers here (one line), or None when sinfo lists an available partition."""
+    hint = "bring one up with `scripts/slurm_cluster.sh install && scripts/slurm_cluster.sh up`"
+    if shutil.which("sinfo") is None:
+        return f"no SLURM client (sinfo is not on PATH); {hint}"
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%P %a %T"], capture_output=True, text=True,
+                              timeout=SLURM_ANSWER_S)
+    except subprocess.TimeoutExpired:
+        return f"sinfo did not answer within {SLURM_ANSWER_S:g}s (slurmctld down?); {hint}"
+    if proc.returncode != 0:
+        last = next((ln for ln in reversed(proc.stderr.splitlines()) if ln.strip()), f"exit {proc.returncode}")
+        return f"sinfo failed: {last.strip()}; {hint}"
+    # "idle*" (a trailing * : not responding), down, drained: no job would start
+    usable = [ln for ln in proc.stdout.splitlines()
+              if tuple(ln.split()[1:3]) in {("up", s) for s in ("idle", "mixed", "allocated", "completing")}]
+    if not usable:
+        return f"sinfo shows no partition that is up with a node that responds: {proc.stdout.strip()!r}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """A SLURM cluster answers sinfo within SLURM_ANSWER_S seconds with a partition up and a node that
+    responds; else the test skips with the reason (checked once per session)."""
+    reason = _slurm_unavailable()
+    if reason:
+        pytest.skip(f"no SLURM cluster: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marker_needs_a_cluster(request):
+    """A test marked `slurm` gets the slurm_cluster check (and skips without a cluster)."""
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("slurm_cluster")

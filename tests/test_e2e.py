@@ -87,7 +87,9 @@ def failed_and_healed(smoke_run, tmp_path_factory):
     assert failing and len(failing) < len(jobs)
     for key in failing:
         shutil.rmtree(record_path(outputs, "xor_phase_dm", key).parent)
-    run(outputs, "train", "-m", "experiment=xor_phase_dm", "profile=smoke", "task.d=32", "trainer.accelerator=gpu")
+    sweep = run_cli(outputs, "train", "-m", "experiment=xor_phase_dm", "profile=smoke", "task.d=32",
+                    "trainer.accelerator=gpu", env={"WANDB_MODE": "disabled"})
+    assert sweep.returncode == 1 and f"{len(failing)} of {len(failing)} jobs failed" in sweep.stdout.splitlines()[-1]
     failed = {key: read_record(record_path(outputs, "xor_phase_dm", key)) for key in failing}
     # the aggregate and figure commands in this process (their argument parsing included; the sweeps
     # and reproductions are processes of their own): only the figures of the failed jobs, the

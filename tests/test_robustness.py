@@ -18,6 +18,7 @@ from sweep_tools import (
     job_lines,
     leftover_temp_files,
     output_of,
+    run_cli,
     run_train,
     start_train,
     valid_records,
@@ -75,23 +76,28 @@ def test_sigkill_then_resume_completes_every_job_once(killed_then_resumed):
 
 @pytest.fixture(scope="module")
 def rerun_after_corruption(killed_then_resumed, tmp_path_factory):
-    """A copy of the resumed outputs with one record truncated and one emptied to '{}', what scan
-    reported then, and the same sweep run again (a new process)."""
+    """A copy of the resumed outputs with one record truncated, one emptied to '{}', and two complete
+    records whose metrics are {} and null, what scan reported then, and the same sweep run again (a new
+    process)."""
     outputs = tmp_path_factory.mktemp("corrupt") / "outputs"
     shutil.copytree(killed_then_resumed["outputs"], outputs)
     before = valid_records(outputs, VARIANTS)
-    truncated, emptied = sorted(before)[:2]
+    truncated, emptied, no_metrics, null_metrics = sorted(before)[:4]
     path = outputs / "runs" / VARIANTS / truncated / "record.json"
     path.write_text(path.read_text()[: len(path.read_text()) // 2])
     (outputs / "runs" / VARIANTS / emptied / "record.json").write_text("{}")
+    for key, metrics in ((no_metrics, {}), (null_metrics, None)):
+        path = outputs / "runs" / VARIANTS / key / "record.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "metrics": metrics}))
     found = {p.parent.name: rec for p, rec in scan(outputs, VARIANTS)}
     again = run_train(outputs, *VARIANTS_SMALL)
-    return dict(outputs=outputs, before=before, corrupted={truncated, emptied}, found=found, again=again)
+    return dict(outputs=outputs, before=before, corrupted={truncated, emptied, no_metrics, null_metrics},
+                found=found, again=again)
 
 
 def test_corrupt_records_are_reported_and_run_again(rerun_after_corruption):
-    """scan reports the truncated and the emptied record as CorruptRecord (the others as records);
-    the next sweep runs exactly those two jobs again and skips the rest."""
+    """scan reports the truncated and the emptied records, and those without metrics, as CorruptRecord
+    (the others as records); the next sweep runs exactly those four jobs again and skips the rest."""
     r = rerun_after_corruption
     assert {key for key, rec in r["found"].items() if isinstance(rec, CorruptRecord)} == r["corrupted"]
     assert len(r["found"]) == len(r["before"])
@@ -103,7 +109,7 @@ def test_corrupt_records_are_reported_and_run_again(rerun_after_corruption):
 
 
 def test_same_config_same_numbers_in_two_processes(rerun_after_corruption):
-    """The two re-run jobs (GD, 3 seeds, on CPU) were first run by the resumed sweep's process and
+    """The four re-run jobs (GD, 3 seeds, on CPU) were first run by the resumed sweep's process and
     now by another: identical metrics, curves and arrays, bit for bit."""
     r = rerun_after_corruption
     after = valid_records(r["outputs"], VARIANTS)
@@ -144,10 +150,15 @@ def test_concurrent_sweeps_do_not_collide(tmp_path):
 
 def test_divergence_fails_its_job_and_the_sweep_goes_on(tmp_path):
     """A huge step size makes linear attention blow up (non-finite loss): that job is recorded
-    failed with the reason, and the next job of the same sweep completes."""
-    proc = run_train(tmp_path, f"experiment={VARIANTS}", "profile=smoke", "model=linear",
-                     "model.init=antisymmetric", "task.d=16", "train.steps=10", "train.eta0=1e6,0.1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed with the reason, the next job of the same sweep completes, and the sweep exits 1 with the
+    failed job in its last line; with accept_failed=true it exits 0."""
+    sweep = (f"experiment={VARIANTS}", "profile=smoke", "model=linear", "model.init=antisymmetric", "task.d=16",
+             "train.steps=10", "train.eta0=1e6,0.1")
+    proc = run_train(tmp_path, *sweep)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "1 of 2 jobs failed" in last and "train.eta0=1000000.0" in last and "eta0=0.1" not in last
+    assert run_train(tmp_path, *sweep, "accept_failed=true").returncode == 0
     records = valid_records(tmp_path, VARIANTS)
     by_eta = {rec["config"]["train"]["eta0"]: rec for rec in records.values()}
     failed, ok = by_eta[1e6], by_eta[0.1]
@@ -176,9 +187,12 @@ PAPER_A_CASES = [
     ("grid.smoke={task.d:[]}", "task.d"),  # the experiment's grid entry made empty
     ("task.d=range(5,5)", "task.d"),  # a command-line sweep with no value
     ("grid.smoke.task.d=[]", "grid.smoke.task.d"),  # Hydra cannot address a dotted grid key: refused
+    ("grid.smoke={}", "grid.smoke={}"),  # Hydra would merge it into the grid, not empty it: refused
+    ("task.d=range(2,1002) model.m_c=range(1,1001)", "hydra.sweeper.max_jobs"),  # 10^6 jobs: refused at once
 ]
 PAPER_B = ("profile=smoke", "task=attention_indexed", "model=tied_factorized")
-PAPER_B_CASES = [("model.kappa=0", "model.kappa"), ("task.T=1", "task.T")]
+PAPER_B_CASES = [("model.kappa=0", "model.kappa"), ("task.T=1", "task.T"), ("task.alpha=nan", "task.alpha"),
+                 ("task.alpha=inf", "task.alpha"), ("model.lam=-inf", "model.lam")]
 
 
 def _paper_b_ready() -> str | None:
@@ -203,7 +217,7 @@ def _assert_refused_before_work(outputs, overrides, field):
 
 @pytest.mark.parametrize("override,field", PAPER_A_CASES)
 def test_impossible_values_fail_before_any_work(tmp_path, override, field):
-    _assert_refused_before_work(tmp_path, [*PHASE_SMOKE, override], field)
+    _assert_refused_before_work(tmp_path, [*PHASE_SMOKE, *override.split()], field)
 
 
 @pytest.mark.parametrize("override,field", PAPER_B_CASES)
@@ -247,14 +261,77 @@ def test_reproduce_starts_the_longest_sweeps_first(tmp_path):
     """Longest-processing-time order: unmeasured sweeps first (most jobs first), then by measured seconds
     scaled to the jobs still pending; done sweeps dropped; the table a run writes reads back."""
     from attnrepro.commands import reproduce
+    from attnrepro.jobs import sweep_seconds
 
     pending = {"short": 10, "long": 5, "half_done": 2, "new": 3, "newer": None, "done": 0}
     sizes = {"short": 10, "long": 5, "half_done": 4, "new": 3, "newer": 7, "done": 6}
     seconds = {"short": 20.0, "long": 100.0, "half_done": 150.0, "done": 500.0}
     assert reproduce.order(pending, sizes, seconds) == ["newer", "new", "long", "half_done", "short"]
     path = tmp_path / "sweep_seconds.csv"
-    reproduce.write_sweep_seconds(path, "quick", {"half_done": 30.0, "short": 50.0}, pending, sizes)
-    assert reproduce.read_sweep_seconds("quick", path) == {"half_done": 60.0, "short": 50.0}
-    assert reproduce.read_sweep_seconds("paper", path) == {}
-    assert reproduce.read_sweep_seconds("quick", tmp_path / "missing.csv") == {}
-    assert reproduce.read_sweep_seconds("quick", reproduce.SWEEP_SECONDS)  # the committed table reads
+    sweep_seconds.write_sweep_seconds(path, "quick", {"half_done": 30.0, "short": 50.0}, pending, sizes)
+    assert sweep_seconds.read_sweep_seconds("quick", path) == {"half_done": 60.0, "short": 50.0}
+    assert sweep_seconds.read_sweep_seconds("paper", path) == {}
+    assert sweep_seconds.read_sweep_seconds("quick", tmp_path / "missing.csv") == {}
+    assert sweep_seconds.read_sweep_seconds("quick", sweep_seconds.SWEEP_SECONDS)  # the committed table reads
+
+
+# --- tables, status and report: written whole, rebuilt or named when broken ------------------
+
+
+@pytest.fixture(scope="module")
+def aggregated(tmp_path_factory):
+    """xor_phase_dm's smoke sweep, aggregated and drawn (in this process)."""
+    from attnrepro.commands.figures import render
+    from attnrepro.report.aggregate import aggregate
+
+    outputs = tmp_path_factory.mktemp("tables")
+    assert run_train(outputs, *PHASE_SMOKE).returncode == 0
+    aggregate(outputs, "smoke", ["xor_phase_dm"], log=lambda line: None)
+    assert render(str(outputs), ["xor_phase_dm"], "smoke") == 0
+    return outputs
+
+
+def test_a_failed_table_write_keeps_the_earlier_table_and_leaves_no_temp_file(aggregated, tmp_path, monkeypatch):
+    """A full disk while the aggregate writes: the earlier table stays whole, the figure's entry says the
+    table was not written, and no temp file is left behind."""
+    import errno
+
+    import pandas as pd
+
+    from attnrepro.report.aggregate import aggregate, table_path
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(aggregated, outputs)
+    before = table_path(outputs, "xor_phase_dm").read_bytes()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    status = aggregate(outputs, "smoke", ["xor_phase_dm"], log=lambda line: None)
+    assert "table not written" in status["figures"]["xor_phase_dm"]["error"]
+    assert "xor_phase_dm.parquet" in status["figures"]["xor_phase_dm"]["error"]  # the file meant, not a temp
+    assert table_path(outputs, "xor_phase_dm").read_bytes() == before
+    assert not list((outputs / "results").glob(".*.tmp"))
+
+
+def test_a_truncated_status_is_rebuilt_and_a_truncated_table_named(aggregated, tmp_path):
+    """figures with profile= rebuilds a truncated status.json from the records (without it: one line saying
+    how); a truncated table is one error naming the file and how to rebuild it, not a traceback."""
+    from attnrepro.report.aggregate import read_status, status_path, table_path
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(aggregated, outputs)
+    path = status_path(outputs)
+    path.write_text(path.read_text()[:200])
+    bare = run_cli(outputs, "figures", "figures=xor_phase_dm", f"outputs={outputs}")
+    assert bare.returncode == 2 and "status.json is unreadable" in bare.stderr and "profile=" in bare.stderr
+    assert "Traceback" not in bare.stderr
+    rebuilt = run_cli(outputs, "figures", "figures=xor_phase_dm", f"outputs={outputs}", "profile=smoke")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert read_status(outputs)["experiments"]["xor_phase_dm"]["complete"] == 4
+    table = table_path(outputs, "xor_phase_dm")
+    table.write_bytes(table.read_bytes()[:100])
+    broken = run_cli(outputs, "figures", "figures=xor_phase_dm", f"outputs={outputs}", "profile=smoke")
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr
+    assert f"{table} is unreadable" in broken.stderr and "attnrepro aggregate" in broken.stderr

@@ -2,10 +2,11 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from attnrepro.config import ConfigError
+from attnrepro.config import ConfigError, validate
 from attnrepro.jobs.fit import train
 from attnrepro.jobs.grid import compose, experiments, grid_points
 from attnrepro.jobs.records import CorruptRecord, read_record, record_path
@@ -34,6 +35,37 @@ def test_replicas_equal_separate_runs(job_config, case):
         single = list(train(alone, alone.trainer)[0].parameters())
         for a, b in zip(joint, single):
             torch.testing.assert_close(a[r], b[0], rtol=1e-12, atol=1e-12)
+
+
+STOPPING_CASES = {  # float64, each seed stopping on its own test at its own step
+    "L-BFGS to tol_grad": ["experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2", "model.lam=0.01",
+                           "train.tol_grad=3e-5", "train.steps=100"],
+    "Adam to tol or tol_grad": ["experiment=tied_error_vs_alpha", "task.d=16", "task.alpha=0.2", "model.lam=0.0",
+                                "task.Delta=0.5", "train.dtype=float64", "train.steps=2000", "train.log_every=10"],
+    "GD to tol_grad": ["experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=16", "task.n_per_d=8",
+                       "train.dtype=float64", "train.steps=3000", "train.tol_grad=1e-2"],
+}
+
+
+@pytest.mark.parametrize("case", list(STOPPING_CASES))
+def test_a_seed_stops_alone_as_among_others(job_config, case):
+    """Under every optimiser and with early stopping, seed r of a 4-seed job ends where seed r alone
+    ends (to 1e-10), with the same stop reason and step: each seed has its own L-BFGS history and line
+    search, and a seed that stopped is frozen while the others train on."""
+    from attnrepro.jobs.fit import convergence
+
+    _, together = job_config(*STOPPING_CASES[case], "seed=0", "n_seeds=4")
+    problem, module, _, _ = train(together, together.trainer)
+    joint, stops = [p.detach().clone() for p in problem.parameters()], list(module.stop_step)
+    assert len(set(stops)) > 1, f"the seeds should stop at different steps here: {stops}"
+    reasons = convergence(problem, module, together.train.tol_grad)["stop"]
+    for r in (1, 3):
+        _, alone = job_config(*STOPPING_CASES[case], f"seed={r}", "n_seeds=1")
+        problem, module, _, _ = train(alone, alone.trainer)
+        np.testing.assert_equal(module.stop_step[0], stops[r])  # nan: at the step cap in both
+        assert convergence(problem, module, alone.train.tol_grad)["stop"][0] == reasons[r]
+        for a, b in zip(joint, problem.parameters()):
+            torch.testing.assert_close(a[r], b.detach()[0], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("experiment", experiments())
@@ -117,30 +149,30 @@ def test_bad_override_fails_at_composition(override, words):
 
 
 EARLY_STOP = ["experiment=xor_attention_variants", "task.d=16", "train.steps=3000", "train.log_every=10",
-              "train.eta0=1.0", "n_seeds=3"]
+              "train.eta0=1.0", "n_seeds=3", "train.fixed_steps=false"]
 
 
-@pytest.mark.parametrize("criterion, field", [("train.tol=1e-9", "stalled_step"),
-                                             ("train.tol_grad=1e-6", "converged_step")])
-def test_early_stop_when_every_seed_has_converged(job_config, criterion, field):
+@pytest.mark.parametrize("criterion, reason", [(["train.tol=1e-9", "train.tol_grad=1e-30"], "objective stalled"),
+                                              (["train.tol_grad=1e-6"], "converged")])
+def test_early_stop_when_every_seed_has_converged(job_config, criterion, reason):
     """Softmax GD reaches loss ~0 fast: each seed's step of convergence (relative gradient <= tol_grad) or
     of stalling (relative objective change < tol) is recorded and training stops before the step budget,
     once all have; with tol_grad the record says per seed that it converged."""
-    cfg, _ = job_config(*EARLY_STOP, criterion)
+    cfg, _ = job_config(*EARLY_STOP, *criterion)
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
-    steps = rec["derived"][field]
+    steps = rec["derived"]["stop_step"]
     assert len(steps) == 3 and all(0 < s <= rec["timings"]["steps"] for s in steps)
     assert rec["timings"]["steps"] == max(steps) < 3000
-    if field == "converged_step":
+    assert rec["derived"]["stop"] == [reason] * 3
+    if reason == "converged":
         assert rec["derived"]["converged"] == [True] * 3 and max(rec["derived"]["grad_rel"]) <= 1e-6
-        assert rec["derived"]["stop"] == ["converged"] * 3
 
 
 def test_without_a_tolerance_every_step_runs(job_config):
     """The softmax GD above, which stops within a few tens of steps once a tolerance is set, runs its
     whole budget without one."""
-    full, _ = job_config(*EARLY_STOP, "train.steps=60")
+    full, _ = job_config(*EARLY_STOP, "train.steps=60", "train.fixed_steps=true")
     assert run_job(full)["status"] == "complete"
     assert read_record(record_path(full.paths.outputs, full.experiment, job_key(full)))["timings"]["steps"] == 60
 
@@ -177,7 +209,7 @@ def test_lbfgs_checks_its_gradient_at_every_step(job_config):
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
     steps = rec["timings"]["steps"]
-    assert max(rec["derived"]["converged_step"]) == steps < 150
+    assert max(rec["derived"]["stop_step"]) == steps < 150
     assert rec["curves"]["step"] == [0, steps]
     assert rec["derived"]["converged"] == [True, True] and max(rec["derived"]["grad_rel"]) <= 1e-4
 
@@ -197,3 +229,26 @@ def test_a_long_job_says_it_is_running(job_config, monkeypatch, capsys):
     assert out.index(beats[-1]) < next(i for i, ln in enumerate(out) if ": complete in " in ln)
     assert [float(ln.rsplit(", ", 1)[1].split()[0]) for ln in beats] == sorted(
         float(ln.rsplit(", ", 1)[1].split()[0]) for ln in beats)
+
+
+def test_a_blown_up_seed_is_diverged_not_converged(job_config):
+    """GD at 1e6 times its step saturates the softmax: the gradient is exactly 0 with the loss risen above
+    its start. Such a seed is 'diverged' (not converged, frozen there); a seed whose loss fell to its
+    minimum still converged."""
+    cfg, _ = job_config("experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=16", "task.n_per_d=2",
+                        "train.eta0=1000", "n_seeds=3", "train.steps=300")
+    assert run_job(cfg)["status"] == "complete"
+    d = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))["derived"]
+    assert "diverged" in d["stop"]
+    for stop, conv, start, end in zip(d["stop"], d["converged"], d["objective_start"], d["objective_end"]):
+        assert conv == (stop == "converged")
+        assert (stop == "diverged") == (end > start * 1.01), (stop, start, end)
+        assert not conv or end < start
+
+
+@pytest.mark.parametrize("overrides", [["train=adam_fullbatch", "train.tol_grad=0"],
+                                       ["train=one_step", "train.tol_grad=1e-3"]])
+def test_a_trained_run_has_a_stopping_test_or_says_its_steps_are_the_protocol(overrides):
+    """tol_grad > 0, or train.fixed_steps=true (paper A's one step), one or the other: named in the error."""
+    with pytest.raises(ConfigError, match=r"train\.tol_grad.*fixed_steps"):
+        validate(compose(["experiment=tied_spectra", *overrides]))

@@ -6,6 +6,7 @@ import json
 import math
 import struct
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,25 +22,31 @@ SMOKE = ("experiment=xor_phase_dm", "profile=smoke")
 
 
 # --- reading W&B offline runs back ------------------------------------------------------------
-# An offline run is <dir>/offline-run-*/run-<id>.wandb: a LevelDB-style log (7-byte file header,
-# 32 KiB blocks, records of crc32 + length + type + data) of wandb_internal_pb2.Record messages.
+# An offline run is <dir>/offline-run-*/run-<id>.wandb, wandb-core's transaction log: a LevelDB-style
+# log (7-byte file header, 32 KiB blocks, chunks of crc32 + length + type + data, the crc32 (IEEE)
+# over type and data) of wandb_internal_pb2.Record messages, the exit record last. wandb 0.31 has no
+# Python reader of it (wandb sync reads it in wandb-core, in Go: core/pkg/leveldb/record.go).
 
 BLOCK, HEADER = 32768, 7
-FULL, LAST = 1, 4
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def _chunks(data: bytes):
-    """(type, payload) of every physical record of a .wandb file."""
+    """(type, payload) of every chunk of a .wandb file; raises when a chunk is cut short or its
+    checksum does not match (a file read before W&B wrote it whole)."""
     assert data[:4] == b":W&B", "not a W&B run file"
     pos = HEADER
     while pos + HEADER <= len(data):
         left = BLOCK - pos % BLOCK
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER]) if left >= HEADER else (0, 0, 0)
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER]) if left >= HEADER else (0, 0, 0)
         if kind == 0:  # block trailer or padding
             pos += left
             continue
-        yield kind, data[pos + HEADER:pos + HEADER + length]
-        pos += HEADER + length
+        end = pos + HEADER + length
+        if end > len(data) or zlib.crc32(data[pos + HEADER - 1:end]) != crc:
+            raise ValueError(f"chunk at byte {pos} cut short or corrupt ({len(data)} bytes read)")
+        yield kind, data[pos + HEADER:end]
+        pos = end
 
 
 def wandb_records(path: Path):
@@ -48,7 +55,7 @@ def wandb_records(path: Path):
 
     buf = b""
     for kind, payload in _chunks(path.read_bytes()):
-        buf += payload
+        buf = payload if kind in (FULL, FIRST) else buf + payload
         if kind in (FULL, LAST):
             rec = pb.Record()
             rec.ParseFromString(buf)
@@ -70,10 +77,12 @@ class OfflineRun:
     config: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
+    exit_code: int | None = None  # None: no exit record (the run did not finish)
 
 
 def read_offline_run(folder: Path) -> OfflineRun:
-    """Name, group, job type, config, summary and history of one offline run folder."""
+    """Name, group, job type, config, summary, history and exit code of one offline run folder.
+    Raises when the transaction log is incomplete (read before W&B closed it)."""
     (path,) = folder.glob("run-*.wandb")
     run = OfflineRun(folder)
     for rec in wandb_records(path):
@@ -89,6 +98,8 @@ def read_offline_run(folder: Path) -> OfflineRun:
             run.summary.update(_items(rec.summary.update))
         elif kind == "history":
             run.history.append(_items(rec.history.item))
+        elif kind == "exit":
+            run.exit_code = rec.exit.exit_code
     return run
 
 
@@ -118,7 +129,7 @@ def test_wandb_offline_sweep_one_run_per_job(wandb_sweep):
     assert len({r.group for r in runs}) == 1 and runs[0].group.startswith("xor_phase_dm-")
     for run in runs:
         rec = records[run.name]
-        assert run.job_type == "train" and run.config["key"] == run.name
+        assert run.job_type == "train" and run.config["key"] == run.name and run.exit_code == 0
         assert run.config["task"]["d"] == rec["config"]["task"]["d"] in (32, 128)
         assert run.config["model"]["m_c"] == rec["config"]["model"]["m_c"]
         assert run.summary["status"] == "complete"
@@ -157,8 +168,9 @@ def _png(path: Path) -> Path:
     return path
 
 
-def test_log_report_offline(tmp_path, monkeypatch):
-    """Figures and the claims table go to one run of job_type 'report' in the given group."""
+def test_log_report_offline(tmp_path, monkeypatch, caplog):
+    """Figures and the claims table go to one run of job_type 'report' in the given group, whose
+    files are complete when log_report returns (the only warning: the missing figure)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     for var, folder in wandb_dirs(tmp_path).items():
         monkeypatch.setenv(var, folder)
@@ -168,9 +180,12 @@ def test_log_report_offline(tmp_path, monkeypatch):
                "uncertainty": "95% CI [0.9, 1.1]", "holds": True, "detail": ""},
               {"figure": "loss", "claim": "loss < 0.01", "measured": float("nan"), "uncertainty": "",
                "holds": False, "detail": "not enough data"}]
-    folder = tracking.log_report(tmp_path, figures, claims, group="report-test")
+    with caplog.at_level("WARNING", logger=tracking.__name__):
+        folder = tracking.log_report(tmp_path, figures, claims, group="report-test")
+    assert [r.getMessage() for r in caplog.records] == [f"figure missing: no file at {figures['missing']}, not logged"]
     assert folder and Path(folder).parent == tmp_path / "wandb"
-    run = read_offline_run(Path(folder))
+    run = read_offline_run(Path(folder))  # at once: log_report returns with the run's files complete
+    assert run.exit_code == 0, "no exit record: the transaction log was read before W&B wrote it whole"
     assert (run.job_type, run.group) == ("report", "report-test")
     logged = {k: v for row in run.history for k, v in row.items()}
     assert logged["figures/phase/_type"] == logged["figures/loss/_type"] == "image-file"
@@ -260,42 +275,28 @@ def test_submitit_local_gives_the_basic_launchers_records(wandb_sweep, tmp_path)
     assert list((tmp_path / "hydra" / "xor_phase_dm").glob("*/.submitit/*/*_log.out"))
 
 
-class _DryRun(Exception):
-    """Raised instead of submitting: carries the sbatch script and the executor's parameters."""
-
-
-@pytest.mark.parametrize("launcher,gpu_line", [("slurm", "#SBATCH --gpus-per-node=1"), ("slurm_cpu", None)])
+@pytest.mark.parametrize("launcher,gpu_line", [("slurm_gpu", "#SBATCH --gpus-per-node=1"), ("slurm", None)])
 def test_slurm_launcher_writes_the_sbatch_script(tmp_path, monkeypatch, launcher, gpu_line):
-    """hydra/launcher=slurm[_cpu] drives submitit's SLURM executor with our options (dry run: a fake
-    srun on PATH, and map_array replaced by a function that renders the script and stops)."""
-    import submitit
+    """hydra/launcher=slurm[_gpu] drives submitit's SLURM executor with our options (jobs.slurm.executor; the
+    sbatch script rendered, nothing submitted): the CPU default asks no GPU, slurm_gpu one."""
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
     from attnrepro.config import register_configs
+    from attnrepro.jobs import slurm
 
     (tmp_path / "srun").write_text("#!/bin/sh\nexit 1\n")
     (tmp_path / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{Path(sys.executable).parent}:/usr/bin:/bin")
-
-    def render(executor, fn, *args):
-        raise _DryRun(executor._executor._make_submission_file_text("python job.py", "uid"),
-                      executor._executor.parameters)
-
-    monkeypatch.setattr(submitit.AutoExecutor, "map_array", render)
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", return_hydra_config=True, overrides=[
             *SMOKE, f"hydra/launcher={launcher}", "hydra.launcher.partition=gpu",
-            "hydra.launcher.timeout_min=120", "hydra.launcher.array_parallelism=8",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    sweeper_launcher = instantiate(cfg.hydra.launcher)
-    sweeper_launcher.setup(hydra_context=None, task_function=None, config=cfg)
-    with pytest.raises(_DryRun) as dry:
-        sweeper_launcher.launch([["task.d=32"], ["task.d=128"]], initial_job_idx=0)
-    script, params = dry.value.args
+            "hydra.launcher.timeout_min=120", "hydra.launcher.array_parallelism=8"])
+    ex = slurm.executor(OmegaConf.to_container(cfg.hydra.launcher, resolve=True), tmp_path / "sub")
+    script = ex._executor._make_submission_file_text("python job.py", "uid")
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=120", "#SBATCH --job-name=xor_phase_dm",
                  "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK"):
         assert line in script
-    assert params["array_parallelism"] == 8
+    assert ex._executor.parameters["array_parallelism"] == 8
     assert (gpu_line in script) if gpu_line else ("gpus" not in script)

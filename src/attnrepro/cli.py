@@ -42,3 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"attnrepro {command}: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        from attnrepro.commands.hydra_apps import os_error
+
+        print(f"attnrepro {command}: {os_error(e)}", file=sys.stderr)
+        return 1

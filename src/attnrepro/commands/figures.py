@@ -22,7 +22,7 @@ from attnrepro.commands.args import UsageError, default_outputs, parse
 def render(outputs: str, figures: list[str] | None = None, profile: str | None = None, wandb: bool = False,
            refresh_reference: bool = False) -> int:
     """Draw the figures (all, or those named), write the report and claims; 1 when one failed."""
-    from attnrepro.report.aggregate import read_status
+    from attnrepro.report.aggregate import CorruptStatus, aggregate, read_status
     from attnrepro.report.figure_spec import specs
     from attnrepro.report.html import build_report
 
@@ -30,7 +30,13 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
         specs(figures)
     except KeyError as e:
         raise UsageError(e.args[0]) from e
-    aggregated = read_status(outputs).get("profile")
+    try:
+        aggregated = read_status(outputs).get("profile")
+    except CorruptStatus as e:
+        if not profile:
+            raise UsageError(f"{e}: run `attnrepro aggregate profile=<profile>`, or give profile= here") from e
+        print(f"{e}: rebuilding it (aggregate, profile {profile})")
+        aggregated = aggregate(outputs, profile, figures)["profile"]
     if profile and aggregated and profile != aggregated:
         raise UsageError(f"tables in {outputs}/results were aggregated for profile {aggregated!r}, "
                          f"not {profile!r}: run `attnrepro aggregate profile={profile}`")

@@ -1,6 +1,7 @@
 """Every figure from one command: each experiment's sweep, its theory curves, aggregate, figures, report.
 
-    attnrepro reproduce [profile=quick] [experiments=xor_phase_dm,...] [workers=2] [-- hydra overrides for every sweep]
+    attnrepro reproduce [profile=quick] [experiments=xor_phase_dm,...] [workers=2] [accept_failed=false]
+                        [launcher=slurm|slurm_gpu] [-- hydra overrides for every sweep]
 
 An experiment whose every job has a complete record made by this code is not swept again; a sweep
 is `attnrepro train -m experiment=<name> profile=<profile>`, which skips the complete jobs, run by
@@ -15,13 +16,24 @@ over); their output lines are prefixed with the experiment. Each sweep's wall ti
 curves of the experiments that have them (cached alike), the aggregate stage (tables) and the figure
 stage (figures, report, claims).
 A second run with nothing changed computes nothing.
+
+launcher=slurm (or slurm_gpu, any conf/hydra/launcher/ file of a submitit SLURM launcher): every sweep and
+the theory curves are submitted as packed job arrays (jobs.slurm; options after --, e.g.
+hydra.launcher.partition=cpu hydra.sweeper.task_minutes=30), this command waits for them without
+hanging, then aggregates and draws here. Run it again to attach to arrays still running.
+
+Exit status 1 when a job failed (the last line lists them; accept_failed=true accepts them), a sweep or
+theory curve failed, or a figure could not be drawn. One `reproduce` at a time per outputs folder (a lock,
+jobs.lifetime: a second one stops at once, naming the first); stopping it (Ctrl-C, SIGTERM, or the death of
+the process that started it, e.g. `kill -9` of make) stops its sweep and theory workers; the records
+written so far are kept.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -30,8 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from attnrepro.commands.args import UsageError, default_outputs, parse
-
-SWEEP_SECONDS = Path(__file__).resolve().parents[3] / "reference" / "sweep_seconds.csv"
+from attnrepro.jobs.sweep_seconds import read_sweep_seconds, write_sweep_seconds
 
 
 def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -> int | None:
@@ -67,12 +78,18 @@ class _Worker:
     sweeps it is sent one after the other, importing torch, Lightning and Hydra once."""
 
     COMMAND = (sys.executable, "-m", "attnrepro.commands.sweep_worker")
+    live: set["_Worker"] = set()  # the workers running now (stopped with reproduce: _stop)
+    lock_fd: int | None = None   # the outputs folder's lock, held by every worker too
 
     def __init__(self, threads: int):
+        from attnrepro.jobs.lifetime import die_with_parent
+
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(list(self.COMMAND), env=env,
+        self.proc = subprocess.Popen(list(self.COMMAND), env=env, preexec_fn=die_with_parent,
+                                     pass_fds=() if self.lock_fd is None else (self.lock_fd,),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
+        _Worker.live.add(self)
 
     def sweep(self, name: str, argv: list[str], log) -> bool | None:
         """Run `attnrepro train <argv>`: True when it finished, False when it exited with an error, None
@@ -97,16 +114,27 @@ class _Worker:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait()
+        _Worker.live.discard(self)
 
 
-def read_sweep_seconds(profile: str, path: Path = SWEEP_SECONDS) -> dict[str, float]:
-    """{experiment: seconds} of the profile's sweeps as last measured (empty when the table is missing
-    or unreadable: the order then falls back to job counts)."""
-    try:
-        with open(path, newline="") as f:
-            return {r["experiment"]: float(r["seconds"]) for r in csv.DictReader(f) if r["profile"] == profile}
-    except (OSError, KeyError, ValueError):
-        return {}
+def _stop(signum, frame) -> None:
+    """SIGINT/SIGTERM (also sent by the kernel when the parent dies): stop every worker, then exit."""
+    _STOPPING.set()
+    workers = list(_Worker.live)
+    for w in workers:
+        w.proc.terminate()
+    deadline = time.monotonic() + 10
+    for w in workers:
+        try:
+            w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+    print(f"\nreproduce stopped by {signal.Signals(signum).name}: {len(workers)} sweep workers stopped; the "
+          "records written so far are kept, and a rerun goes on from them", flush=True)
+    os._exit(128 + signum)  # the theory workers exit with this process (jobs.lifetime.die_with_parent)
+
+
+_STOPPING = threading.Event()
 
 
 def order(pending: dict[str, int | None], sizes: dict[str, int], seconds: dict[str, float]) -> list[str]:
@@ -118,21 +146,6 @@ def order(pending: dict[str, int | None], sizes: dict[str, int], seconds: dict[s
     known = sorted((n for n in todo if n in seconds),
                    key=lambda n: -seconds[n] * (pending[n] or sizes.get(n, 1)) / max(sizes.get(n, 1), 1))
     return unknown + known
-
-
-def write_sweep_seconds(path: Path, profile: str, times: dict[str, float], pending: dict[str, int | None],
-                        sizes: dict[str, int]) -> None:
-    """Each finished sweep's wall time as profile,experiment,seconds,jobs_run rows; seconds is the whole
-    grid's (the measured time x grid size / jobs run, when only some jobs ran)."""
-    rows = []
-    for n, t in times.items():
-        ran = pending[n] or sizes.get(n) or 1
-        rows.append([profile, n, f"{t * max(sizes.get(n) or ran, ran) / ran:.1f}", ran])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["profile", "experiment", "seconds", "jobs_run"])
-        w.writerows(sorted(rows, key=lambda r: -float(r[2])))
 
 
 def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
@@ -150,7 +163,7 @@ def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], 
 
     def slot() -> None:
         worker = None
-        while True:
+        while not _STOPPING.is_set():
             try:
                 name = queue.pop()
             except IndexError:
@@ -183,7 +196,8 @@ def main(argv: list[str]) -> int:
     hydra_overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     args = parse(argv, {"profile": os.environ.get("PROFILE", "quick"), "experiments": [], "outputs": default_outputs(),
-                        "workers": str(min(2, os.cpu_count() or 1))}, __doc__)
+                        "workers": str(min(2, os.cpu_count() or 1)), "accept_failed": False, "launcher": ""},
+                 __doc__)
     profile, outputs = args["profile"], args["outputs"]
     if not args["workers"].isdigit() or int(args["workers"]) < 1:
         raise UsageError(f"workers must be a whole number >= 1, got {args['workers']!r}")
@@ -193,6 +207,26 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(names) - set(experiments()))
     if unknown:
         raise UsageError(f"unknown experiments {unknown}; known: {experiments()}")
+    if args["launcher"]:
+        args["launcher_params"] = launcher_params(args["launcher"], hydra_overrides)
+    from attnrepro.jobs.lifetime import Busy, OutputsLock, die_with_parent
+
+    try:
+        folder = OutputsLock(outputs).acquire()
+    except Busy as e:
+        raise UsageError(str(e)) from None
+    _Worker.lock_fd = folder.fd
+    die_with_parent()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    try:
+        return _reproduce(args, names, hydra_overrides)
+    finally:
+        folder.release()
+
+
+def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
+    profile, outputs = args["profile"], args["outputs"]
     lock = threading.Lock()
 
     def log(line: str) -> None:  # one whole line at a time, from any sweep's thread
@@ -201,6 +235,12 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     workers = int(args["workers"])
+    cluster = args.get("launcher_params")
+    # the sweeps accept their failed jobs (recorded with their reasons): this command counts them at the end
+    sweep_overrides = [*hydra_overrides, "accept_failed=true"]
+    if cluster is not None:  # the sweeps only compose and submit, one after the other; the cluster computes
+        workers = 1
+        sweep_overrides += [f"hydra/launcher={args['launcher']}", "hydra.sweeper.wait=false"]
     user_threads = os.environ.get("OMP_NUM_THREADS")
     # The theory curves run in this process beside the sweeps: cores / workers BLAS and torch threads, set
     # before numpy and torch load (with their default of one per core, the theory stage beside two
@@ -210,15 +250,17 @@ def main(argv: list[str]) -> int:
     pending = {name: _pending(name, profile, hydra_overrides, outputs, log) for name in names}
     # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps
     rc_theory: list[int] = []
-    theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers)))
+    theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers, cluster)))
     theory.start()
     sizes = {n: _grid_size(n, profile) for n in names}
-    failed, times = _sweeps(pending, profile, hydra_overrides, outputs, workers, log, sizes,
+    failed, times = _sweeps(pending, profile, sweep_overrides, outputs, workers, log, sizes,
                             read_sweep_seconds(profile), user_threads)
-    if times:
+    if times and cluster is None:
         write_sweep_seconds(Path(outputs) / "report" / "sweep_seconds.csv", profile, times, pending, sizes)
-    log(f"\n=== sweeps finished in {time.perf_counter() - start:.1f}s ===")
+    log(f"\n=== sweeps {'submitted' if cluster is not None else 'finished'} in {time.perf_counter() - start:.1f}s ===")
     theory.join()
+    if cluster is not None:
+        _wait_for_cluster(outputs, log)
     rc_theory = rc_theory[0] if rc_theory else 1
     figures = None
     if args["experiments"]:  # the figures whose every source was swept
@@ -238,13 +280,18 @@ def main(argv: list[str]) -> int:
         log(f"sweeps that did not finish: {failed} (their recorded jobs are in the report)")
     if rc_theory:
         log(f"some theory curves failed: their reasons are in {outputs}/theory/ and the report")
-    return 1 if (failed or rc_theory or rc_agg or rc_fig) else 0
+    jobs = [f"{e}: {' '.join(j['overrides']) or j['key']} ({j['reason'].splitlines()[0] if j['reason'] else '?'})"
+            for e, s in status["experiments"].items() if e in names for j in s.get("failed", [])]
+    if jobs:
+        log(f"{len(jobs)} jobs failed" + (" (accepted: accept_failed=true)" if args["accept_failed"] else "")
+            + ": " + "; ".join(jobs))
+    return 1 if (failed or rc_theory or rc_agg or rc_fig or (jobs and not args["accept_failed"])) else 0
 
 
-def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int) -> int:
+def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int, cluster: dict | None = None) -> int:
     """The theory curves of the experiments that have them, from this process (worker processes:
     conf/theory.yaml's workers less one for each sweep beyond the first running beside them, at least
-    one); 1 when one failed."""
+    one), or submitted to the cluster (launcher options `cluster`); 1 when one failed."""
     from attnrepro.jobs import theory
 
     try:
@@ -255,9 +302,64 @@ def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int) -> i
         settings = theory.theory_settings(profile, [f"paths.outputs={outputs}",
                                                     f"experiments=[{','.join(with_theory)}]"])
         settings.workers = max(1, settings.workers - sweeps + 1)
-        counts = theory.run(settings, log=lambda line: None if "cached, skipped" in line else log(line))
+        counts = theory.run(settings, log=lambda line: None if "cached, skipped" in line else log(line),
+                            launcher=cluster, wait=False)
+        if cluster is not None:
+            log(f"theory: {counts.get('submitted', 0)} curves submitted, {counts['skipped']} cached")
+            return 0
     except Exception as e:  # a broken theory conf must not stop the figures
         log(f"theory stage FAILED: {type(e).__name__}: {e}")
         return 1
     log(f"theory: {counts['complete']} computed, {counts['skipped']} cached, {counts['failed']} failed")
     return int(counts["failed"] > 0)
+
+
+def launcher_params(name: str, hydra_overrides: list[str]) -> dict:
+    """The options of conf/hydra/launcher/<name>.yaml with the hydra.launcher.* overrides (UsageError when it
+    is not a SLURM launcher)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from attnrepro.config import register_configs
+    from attnrepro.jobs.grid import CONF_DIR
+
+    known = sorted(p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
+    if name not in known:
+        raise UsageError(f"launcher must be one of {known}, got {name!r}")
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=[f"hydra/launcher={name}",
+                                 *(o for o in hydra_overrides if o.startswith("hydra.launcher."))])
+    GlobalHydra.instance().clear()
+    params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    if not str(params.get("_target_", "")).endswith("SlurmLauncher"):
+        raise UsageError(f"launcher={name} is not a SLURM launcher (reproduce runs locally without launcher=)")
+    return {**params, "name": "theory"}
+
+
+def _wait_for_cluster(outputs: str, log) -> None:
+    """Wait for every live array of this outputs folder (jobs.slurm.wait), then say what is missing."""
+    from attnrepro.jobs import slurm
+
+    subs = slurm.submissions(outputs)
+    live = slurm.in_flight(outputs, [k for s in subs for t in s.tasks for k in t])
+    subs = [s for s in subs if any(s.task_of(k) for k in live)]
+    log(f"\n=== waiting for {len(subs)} arrays on the cluster ({len(live)} jobs) ===")
+    root = Path(outputs)
+
+    def done(key: str) -> bool:
+        from attnrepro.jobs.records import CorruptRecord, read_record
+
+        for path in (*root.glob(f"runs/*/{key}/record.json"), *root.glob(f"theory/*/{key}/record.json")):
+            try:
+                return read_record(path)["status"] == "complete"
+            except (OSError, CorruptRecord):
+                return False
+        return False
+
+    outcome = slurm.wait(subs, done, log=log)
+    for line in outcome["ended"]:
+        log(f"{line}: those jobs are missing (run reproduce again to compute them)")

@@ -12,6 +12,7 @@ exports SCHEMAS (group -> {name: dataclass}), checks(cfg, need) and RESOLVERS.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import secrets
@@ -51,7 +52,9 @@ class TrainConfig:
     seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
     or stalled (relative objective change between logs < tol); 0 disables each. Neither counts
     while a seed's objective is within tol_move (relative) of its initial value.
-    With tol_grad > 0 each seed's record says whether it converged.
+    With tol_grad > 0 each seed's record says whether it converged. Every trained run has a
+    stopping test (tol_grad > 0), or says ``fixed_steps: true`` where a fixed number of steps is the
+    protocol (paper A's one gradient step); its conf file says why, and its claims name the step count.
     """
 
     name: str = "one_step"
@@ -65,6 +68,7 @@ class TrainConfig:
     tol: float = 0.0
     tol_grad: float = 0.0
     tol_move: float = 0.0
+    fixed_steps: bool = False
 
 
 @dataclass
@@ -109,6 +113,8 @@ class Config:
     experiment: str = "adhoc"
     seed: int = 0
     n_seeds: int = "${profile.n_seeds}"  # type: ignore[assignment]
+    # exit 0 although jobs failed (each failure is recorded with its reason; not part of any key)
+    accept_failed: bool = False
     # grid[profile] = {override key: list of values}, or a list of such maps (their union); swept by the
     # grid sweeper (-m), expanded by jobs.grid.product.
     grid: Dict[str, Any] = field(default_factory=dict)
@@ -147,9 +153,23 @@ class ConfigError(CompactHydraException, ValueError):
     """A config value outside its allowed range; the message names the field (Hydra prints it without a traceback)."""
 
 
+def _non_finite(node: Any, prefix: str) -> List[str]:
+    """'field: ...' for every NaN or infinite float of a dataclass config, nested ones included."""
+    out = []
+    for f in dataclasses.fields(node) if dataclasses.is_dataclass(node) else ():
+        v, key = getattr(node, f.name), f"{prefix}.{f.name}"
+        if isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{key}: must be a finite number, got {v}")
+        out += _non_finite(v, key)
+    return out
+
+
 def _checks(cfg: Any) -> List[str]:
-    """Range checks, as 'field: problem' strings. cfg is the object form of Config."""
-    errs: List[str] = []
+    """Range checks, as 'field: problem' strings. cfg is the object form of Config. A NaN or infinite
+    value is reported alone (the range checks of the papers compute with the values)."""
+    errs = [e for part in ("task", "model", "train") for e in _non_finite(getattr(cfg, part), part)]
+    if errs:
+        return errs
 
     def need(cond: bool, key: str, msg: str) -> None:
         if not cond:
@@ -162,7 +182,13 @@ def _checks(cfg: Any) -> List[str]:
     need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
     need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
     need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
-    need(train.tol >= 0 and train.tol_grad >= 0 and train.tol_move >= 0, "train.tol", "tolerances must be >= 0")
+    need(all(math.isfinite(v) and v >= 0 for v in (train.tol, train.tol_grad, train.tol_move)), "train.tol",
+         f"tolerances must be finite and >= 0, got tol={train.tol}, tol_grad={train.tol_grad}, "
+         f"tol_move={train.tol_move}")
+    if train.optimizer is not Optimizer.apg:  # a trained run (apg: the exact-fit solver's own test)
+        need(train.fixed_steps != (train.tol_grad > 0), "train.tol_grad",
+             f"a trained run needs a stopping test, tol_grad > 0, or train.fixed_steps=true where a fixed number "
+             f"of steps is the protocol (not both); got tol_grad={train.tol_grad}, fixed_steps={train.fixed_steps}")
     for paper in PAPERS:
         paper.checks(cfg, need)
     return errs

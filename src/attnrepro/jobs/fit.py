@@ -15,7 +15,8 @@ from attnrepro.seeding import replica_generators
 def _quiet_lightning() -> None:
     for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    for pattern in (".*does not have many workers.*", ".*IterableDataset.*__len__.*", ".*LeafSpec.*is deprecated.*"):
+    for pattern in (".*does not have many workers.*", ".*IterableDataset.*__len__.*", ".*LeafSpec.*is deprecated.*",
+                    ".*The `srun` command is available.*"):
         warnings.filterwarnings("ignore", pattern)
 
 
@@ -41,37 +42,40 @@ def train(cfg, trainer_cfg):
     t1 = time.perf_counter()
     trainer.fit(module, datamodule=TickDataModule())
     t2 = time.perf_counter()
-    stopped = module.converged_step is not None and all(
-        c == c or s == s for c, s in zip(module.converged_step, module.stalled_step, strict=True))
+    stopped = module.stop is not None and all(r is not None for r in module.stop)
     if module.global_step < cfg.train.steps and not stopped:
         raise RuntimeError(f"training stopped after {module.global_step} of {cfg.train.steps} steps")
     timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": module.global_step,
                "device": str(next(problem.parameters()).device)}
-    if module.converged_step is not None:
-        derived = {**derived, "converged_step": module.converged_step, "stalled_step": module.stalled_step}
-    if cfg.train.tol_grad > 0:
-        derived = {**derived, **convergence(problem, module, cfg.train.tol_grad, cfg.train.steps)}
+    if module.checks:
+        derived = {**derived, **convergence(problem, module, cfg.train.tol_grad)}
     return problem, module, derived, timings
 
 
-def convergence(problem, module, tol_grad: float, steps: int) -> dict:
-    """Per seed at the final parameters: the relative gradient ||grad L|| ||theta|| / |L_0|, whether it
-    meets tol_grad with its objective moved from L_0 by more than tol_move (``converged``), and
-    otherwise why it is not: "objective stalled", "did not move" (still within tol_move of L_0),
-    "step cap", or "left the tolerance" (it had met it, and training went on for the other seeds)."""
+def convergence(problem, module, tol_grad: float) -> dict:
+    """Per seed at the final parameters: its stop reason, the step it stopped at, the relative gradient
+    ||grad L|| ||theta|| / |L_0| recomputed there and whether it ``converged`` (stopped on tol_grad with its
+    objective fallen, and the recomputed gradient meets tol_grad). The reasons: "converged", "objective
+    stalled", "diverged" (a test met with the objective risen above L_0, or the objective ends above
+    L_0), "did not move" (still within tol_move of L_0) and "step cap"."""
+    from attnrepro.lit.replica import CONVERGED, DIVERGED
+
     for p in problem.parameters():
         p.grad = None
     objective = problem.accumulate(lambda loss: loss.backward())
-    grad = module.relative_gradient().tolist()
-    moved = module.moved(objective).tolist()
+    grad = module.relative_gradient().tolist() if tol_grad > 0 else [float("nan")] * objective.shape[0]
+    rose, fell = module.rose(objective.detach()).tolist(), module.moved(objective.detach()).tolist()
     for p in problem.parameters():
         p.grad = None
-    capped = module.global_step >= steps
-    stop = ["did not move" if not mv else "converged" if g <= tol_grad else "objective stalled" if s == s
-            else "step cap" if capped else "left the tolerance"
-            for g, s, mv in zip(grad, module.stalled_step, moved, strict=True)]
-    return {"grad_rel": grad, "converged": [g <= tol_grad and mv for g, mv in zip(grad, moved, strict=True)],
-            "stop": stop}
+    stop = [reason if reason is not None else DIVERGED if up else "step cap" if down else "did not move"
+            for reason, up, down in zip(module.stop, rose, fell, strict=True)]
+    stop = [f"{CONVERGED}, but {g:.3g} > tol_grad at the final parameters" if s == CONVERGED and not g <= tol_grad
+            else s for s, g in zip(stop, grad, strict=True)]
+    out = {"stop": stop, "stop_step": module.stop_step,
+           "objective_start": module.initial_objective.tolist(), "objective_end": objective.detach().tolist()}
+    if tol_grad > 0:
+        out.update(grad_rel=grad, converged=[s == CONVERGED for s in stop])
+    return out
 
 
 def fit(cfg, trainer_cfg) -> dict:

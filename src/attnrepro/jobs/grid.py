@@ -18,6 +18,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -102,7 +103,7 @@ def drop(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]], keys) -> list[di
 def product(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict]:
     """Every point of a grid {key: value or list of values}: the product of the lists, in order. A
     list of such maps gives each part's points in turn, a point that two parts share once."""
-    points = []
+    points, seen = [], set()
     for part in parts(grid):
         lists = {k: _as_list(v) for k, v in part.items()}
         empty = [k for k, v in lists.items() if not v]
@@ -110,9 +111,17 @@ def product(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict]
             raise ValueError(f"grid entry '{empty[0]}' is empty: an empty grid has no jobs")
         for combo in itertools.product(*lists.values()):
             point = dict(zip(lists, combo))
-            if point not in points:
+            tag = json.dumps(sorted(point.items()), default=str)
+            if tag not in seen:
+                seen.add(tag)
                 points.append(point)
     return points
+
+
+def size(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
+    """The number of points of a grid without listing them: the sum over its parts of the product of
+    their lists' lengths (an upper bound when parts share points, exact otherwise)."""
+    return sum(math.prod(len(_as_list(v)) for v in part.values()) for part in parts(grid))
 
 
 def override(key: str, value: Any) -> str:
@@ -126,6 +135,8 @@ def profile_grid(cfg: DictConfig, profile: str) -> dict | list[dict]:
     if profile not in grid:
         raise ValueError(f"experiment '{cfg.experiment}' has no grid for profile '{profile}'"
                          + (f" (it has: {', '.join(grid)})" if grid else ""))
+    if not grid[profile]:
+        raise ValueError(f"grid.{profile} of experiment '{cfg.experiment}' is empty: an empty grid has no jobs")
     return grid[profile]
 
 

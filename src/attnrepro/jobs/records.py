@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
 SCHEMA = 1
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once: a file written here gets the mode open() would give it, not mkstemp's 0600
 REQUIRED = ("schema", "key", "experiment", "status", "config")
 
 
@@ -25,20 +27,27 @@ def record_path(outputs: str | Path, experiment: str, key: str) -> Path:
     return Path(outputs) / "runs" / experiment / key / "record.json"
 
 
-def atomic_write(path: Path, write: Callable[[TextIO], None], newline: str | None = None) -> None:
-    """write(f) into a unique temp file beside path, fsync, then rename onto path.
+def atomic_write(path: Path, write: Callable[[TextIO], None], newline: str | None = None,
+                 binary: bool = False) -> None:
+    """write(f) into a unique temp file beside path (opened "wb" when binary), fsync, then rename onto path.
 
     Readers see the old file or the new one, never a half one, and two processes
-    writing the same path at once each rename a complete file of their own.
+    writing the same path at once each rename a complete file of their own. When the write fails (a
+    full disk, say) the old file stays and the temp file is removed.
     """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline=newline) as f:
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": newline})) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # name the file meant, not the temp file
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -60,9 +69,30 @@ def read_record(path: Path) -> dict:
     if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
         missing = [k for k in REQUIRED if not isinstance(rec, dict) or k not in rec]
         raise CorruptRecord(f"{path}: missing fields {missing}")
-    if rec["status"] == "complete" and "metrics" not in rec:
-        raise CorruptRecord(f"{path}: complete but has no metrics")
+    if rec["status"] == "complete":
+        problem = _metrics_problem(rec)
+        if problem:
+            raise CorruptRecord(f"{path}: complete but {problem}")
     return rec
+
+
+def _metrics_problem(rec: dict) -> str:
+    """What is wrong with a complete record's metrics ('' when nothing): a map of columns, and for a
+    training record a non-empty one with a list of n_seeds numbers (or nulls) per metric."""
+    metrics = rec.get("metrics")
+    if not isinstance(metrics, dict):
+        return f"its metrics are {type(metrics).__name__}, not a map" if "metrics" in rec else "has no metrics"
+    if rec.get("kind", "train") != "train":
+        return ""
+    if not metrics:
+        return "its metrics are empty"
+    n = rec["config"].get("n_seeds") if isinstance(rec["config"], dict) else None
+    for name, values in metrics.items():
+        if not isinstance(values, list) or (isinstance(n, int) and len(values) != n):
+            return f"metric {name!r} is not a list of {n} values, one per seed"
+        if not all(v is None or isinstance(v, (int, float)) for v in values):
+            return f"metric {name!r} holds values that are not numbers"
+    return ""
 
 
 def scan(outputs: str | Path, experiment: str) -> Iterator[tuple[Path, dict | CorruptRecord]]:

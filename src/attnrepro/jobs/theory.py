@@ -172,17 +172,26 @@ def compute(job: Job, settings: DictConfig, curve: TheoryCurve | None = None) ->
 
 
 def _one_thread() -> None:
+    """A theory worker: one torch thread, and it exits with the process that started it."""
     import torch
 
+    from attnrepro.jobs.lifetime import die_with_parent
+
+    die_with_parent()
     torch.set_num_threads(1)
 
 
-def run(settings: DictConfig, log=print) -> dict[str, int]:
+def run(settings: DictConfig, log=print, launcher: dict | None = None, wait: bool = True) -> dict[str, int]:
     """Every theory job of the selected experiments that has no complete record by this code,
     `settings.workers` at a time (a job needed by several experiments is computed once); returns
-    counts by status."""
+    counts by status. launcher: a submitit SLURM launcher's options (hydra.launcher): the jobs run as one
+    packed array instead (jobs.slurm), waited for unless wait is false (counts["submitted"])."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from attnrepro.config import ConfigError
+
+    if not (isinstance(settings.workers, int) and settings.workers >= 1):
+        raise ConfigError(f"workers: must be a whole number >= 1, got {settings.workers}")
     names = list(settings.experiments or theory_experiments())
     unknown = sorted(set(names) - set(theory_experiments()))
     if unknown:
@@ -201,6 +210,8 @@ def run(settings: DictConfig, log=print) -> dict[str, int]:
                 if state.status is Status.stale and job.key not in todo:
                     log(f"[theory {name}] {job.label}: record is stale ({state.reason}), computed again")
                 todo.setdefault(job.key, []).append(job)
+    if launcher is not None:
+        return _run_on_slurm(todo, settings, launcher, wait, counts, log)
     log(f"theory: {len(todo)} curves to compute, {settings.workers} at a time")
     done = 0
 
@@ -221,6 +232,35 @@ def run(settings: DictConfig, log=print) -> dict[str, int]:
         futures = {pool.submit(compute, group[0], settings): group for group in todo.values()}
         for future in as_completed(futures):
             report(future.result(), futures[future])
+    return counts
+
+
+THEORY_JOB_SECONDS = 60.0  # packing estimate per curve on a cluster (curves take ~1 s to a few minutes here)
+THEORY_TASK_MINUTES = 20.0
+
+
+def _run_on_slurm(todo: dict[str, list[Job]], settings: DictConfig, launcher: dict, wait: bool, counts: dict,
+                  log) -> dict[str, int]:
+    """The curves to compute as one packed SLURM array (jobs.slurm), less those a live array computes."""
+    from attnrepro.jobs import slurm
+
+    outputs = str(settings.paths.outputs)
+    flying = slurm.in_flight(outputs, list(todo))
+    subs = [s for s in slurm.submissions(outputs) if any(s.task_of(k) for k in flying)]
+    units = [slurm.Unit(key, [group[0].experiment, key]) for key, group in todo.items() if key not in flying]
+    log(f"theory: {len(todo)} curves to compute on the cluster ({len(flying)} already in live arrays)")
+    if units:
+        subs.append(slurm.submit(slurm.THEORY, "theory", units, launcher, outputs, THEORY_JOB_SECONDS,
+                                 THEORY_TASK_MINUTES, {"settings": settings}, log))
+    if not wait:
+        counts["submitted"] = len(units)
+        return counts
+    outcome = slurm.wait(subs, lambda key: key not in todo or todo[key][0].state().done, log=log)
+    for line in outcome["ended"]:
+        log(f"theory: {line}: those curves are missing and computed on the next run")
+    for group in todo.values():
+        status = group[0].state().status
+        counts["complete" if status is Status.complete else "failed"] += 1
     return counts
 
 

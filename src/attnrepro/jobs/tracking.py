@@ -11,8 +11,11 @@ per job. The figures stage logs its figures and claims table to one more run
 Mode (``logger.mode``, default ``auto``): WANDB_MODE when set, else online when
 logged in (WANDB_API_KEY, or a netrc entry for api.wandb.ai), else offline.
 Offline runs land in ``<outputs>/wandb/offline-run-*``; ``make sync-wandb``
-uploads them later. When W&B is not installed, cannot start, or fails while
-logging, a warning is printed and the job goes on with its record and CSV.
+uploads them later. A run's files there (its ``run-<id>.wandb`` transaction log above all)
+are complete only once W&B's service has closed the run, which ``run.finish()`` does not wait
+for: a job's runs are complete when its process exits, the report run when :func:`log_report`
+returns. When W&B is not installed, cannot start, or fails while logging, a warning is printed
+and the job goes on with its record and CSV.
 No environment value (API key or other) is logged: the run's config is the
 job's resolved config, and W&B's own console capture is off.
 """
@@ -169,6 +172,43 @@ def _finish(run) -> None:
         log.warning("W&B finish failed (%s: %s)", type(e).__name__, e)
 
 
+def _owns_service() -> bool:
+    """True when this process started the W&B service (wandb-core) its runs went through, so that
+    wandb.teardown() shuts it down and waits for it; False when it is another process's
+    (WANDB_SERVICE inherited) or when that cannot be told."""
+    try:
+        from wandb.sdk import wandb_setup
+
+        return bool(wandb_setup.singleton().assert_service().owns_service)
+    except Exception:
+        return False
+
+
+def _close_run_files() -> bool:
+    """Return once W&B has written and closed the files of every run this process finished (True),
+    or warn and return False when that cannot be guaranteed.
+
+    ``run.finish()`` returns when wandb-core answers the run's exit record, but wandb-core keeps the
+    run's transaction log (run-<id>.wandb) in a 32 KiB write buffer until it closes the run's
+    stream, on the inform_finish message that finish() sends last without waiting for an answer.
+    ``wandb.teardown()`` sends its message after that one, on the same connection, whose messages
+    wandb-core handles one after the other, and waits for the service process to exit: when it
+    returns, every finished run's files are complete. The next wandb.init starts a new service.
+    """
+    import wandb
+
+    owned = _owns_service()
+    try:
+        wandb.teardown()
+    except (Exception, SystemExit) as e:  # teardown calls sys.exit(code) when the service failed
+        log.warning("W&B teardown failed (%s: %s): run files may be incomplete", type(e).__name__, e)
+        return False
+    if not owned:
+        log.warning("W&B service of another process (WANDB_SERVICE): run files are complete only "
+                    "once that process ends")
+    return owned
+
+
 # --- W&B: what a job logs ------------------------------------------------------------------
 
 
@@ -262,6 +302,8 @@ def log_report(outputs: str | Path, figures: Mapping[str, str | Path], claims: A
     """Log every figure (name -> PNG path) and the claims table (DataFrame or list of dicts)
     to one W&B run with job_type 'report'. Returns the run's local folder, None without W&B.
 
+    The run is finished and its files are complete (written and closed, readable offline) when
+    this returns: see :func:`_close_run_files`, which also shuts down W&B's service of this process.
     A missing figure file is skipped with a warning; no failure here stops the figures stage.
     """
     df = claims_frame(claims)
@@ -270,6 +312,17 @@ def log_report(outputs: str | Path, figures: Mapping[str, str | Path], claims: A
                     config={"figures": sorted(figures), "n_claims": len(df)}, mode=mode)
     if run is None:
         return None
+    try:
+        folder = _log_report_row(run, figures, df)
+    finally:
+        _finish(run)
+    _close_run_files()
+    return folder
+
+
+def _log_report_row(run, figures: Mapping[str, str | Path], df) -> str | None:
+    """Log the figures and claims table as one row, and the claims counts to the summary.
+    Returns the run's local folder; None (with a warning) when W&B failed."""
     try:
         import wandb
 
@@ -287,5 +340,3 @@ def log_report(outputs: str | Path, figures: Mapping[str, str | Path], claims: A
     except Exception as e:
         log.warning("W&B report failed (%s: %s)", type(e).__name__, e)
         return None
-    finally:
-        _finish(run)

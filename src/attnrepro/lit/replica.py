@@ -1,26 +1,24 @@
-"""Lightning wrapper: full-batch training of a replicated problem.
+"""Lightning wrapper: full-batch training of a replicated problem, each replica on its own.
 
-The replicas' losses are summed before backward, so for element-wise
-optimisers (SGD, Adam) each replica follows exactly the trajectory it would
-follow alone. L-BFGS sees the replicas as one problem (its line search and
-history are shared), so use it with one seed per job when that matters.
-One optimiser step per Lightning step; the data live in the problem
-(buffers, moved with the module), so the loader only ticks.
+Every parameter and data tensor has the replica axis first and the objective is the sum of the
+replicas' objectives, so the gradient of a replica's parameters is its own objective's. SGD and Adam act
+element-wise, and L-BFGS is lit.lbfgs.ReplicaLBFGS (one history, step and line search per replica):
+a seed follows the trajectory it follows alone, under every optimiser. One optimiser step per
+Lightning step; the data live in the problem (buffers, moved with the module), so the loader only ticks.
 
-Convergence (per replica, at logged steps; with L-BFGS, whose every step is up to 20 iterations
-with their line searches, the gradient test runs at every step). A replica *converged* when its
-relative gradient norm ||grad L|| ||theta|| / |L_0| (every parameter's entries
-of that replica, L_0 its objective at the first step; scale-free, so one
-tolerance serves every n and d, and finite where L -> 0) is at most
-``tol_grad``; it *stalled* when the relative change of its objective since the
-previous log is below ``tol``. Neither counts while the replica's objective is still within
-``tol_move`` (relative) of L_0: a start on a flat plateau (paper A's near-uniform attention, whose
-gradient is O(1/d^2)) is not convergence. Training stops once every replica has converged
-or stalled; with tol = tol_grad = 0 it runs all steps. (The check at a logged
-step pairs that step's gradient, taken before the optimiser moved, with the
-parameters after it: it only decides when to stop.) jobs.fit records, per seed,
-the relative gradient recomputed at the final parameters and whether it meets
-tol_grad.
+Stopping, per replica. A replica *converged* when its relative gradient ||grad L|| ||theta|| / |L_0|
+(every parameter's entries of that replica, L_0 its objective at the first step; scale-free, so one
+tolerance serves every n and d, and finite where L -> 0) is at most ``tol_grad``; it *stalled* when the
+relative change of its objective since the previous check is below ``tol``. Either counts only once its
+objective has fallen below L_0 by more than ``tol_move`` (relative): a start on a flat plateau (paper A's
+near-uniform attention, whose gradient is O(1/d^2)) is not convergence. A replica that meets either test
+with its objective risen above L_0 by more than ``tol_move`` (a blown-up step: a saturated softmax has a
+zero gradient) *diverged*. A replica that converged, stalled or diverged is frozen where the test was
+made (the gradient and the parameters of the test are one point) and never moves again; training stops
+once every replica is frozen, else at ``steps``. SGD and Adam are checked at every ``log_every``-th step,
+before it is taken; L-BFGS (up to 20 iterations a step) after every step for the gradient, at logged
+steps for the objective's change. With tol = tol_grad = 0 every step runs (a fixed-step protocol).
+jobs.fit records each seed's stop reason and its relative gradient recomputed at the final parameters.
 """
 
 from __future__ import annotations
@@ -28,6 +26,8 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
+
+from attnrepro.lit.lbfgs import ReplicaLBFGS
 
 
 class Divergence(RuntimeError):
@@ -55,9 +55,10 @@ LBFGS_HISTORY = 10
 OPTIMIZERS = {
     "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
     "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
-    "lbfgs": lambda params, lr: torch.optim.LBFGS(params, lr=lr, line_search_fn="strong_wolfe",
-                                                  history_size=LBFGS_HISTORY),
+    "lbfgs": lambda params, lr: ReplicaLBFGS(params, lr=lr, history_size=LBFGS_HISTORY),
 }
+
+CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
 
 
 class ReplicaModule(pl.LightningModule):
@@ -70,10 +71,20 @@ class ReplicaModule(pl.LightningModule):
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
         self.steps, self.log_every, self.tol, self.tol_grad, self.tol_move = steps, log_every, tol, tol_grad, tol_move
         self.curves: dict[str, list] = {"step": []}
-        self.converged_step: list[float] | None = None  # per replica: first logged step within tol_grad (nan: never)
-        self.stalled_step: list[float] | None = None    # per replica: first logged step whose change is < tol
+        self.stop: list[str | None] | None = None   # per replica: why it stopped (None: still training)
+        self.stop_step: list[float] | None = None   # per replica: the step it stopped at (nan: never)
         self._last_objective: torch.Tensor | None = None
+        self._held: list[torch.Tensor] | None = None  # SGD/Adam: the frozen replicas' parameters
         self.initial_objective: torch.Tensor | None = None
+
+    @property
+    def checks(self) -> bool:
+        """Whether any stopping test is on (else the protocol is a fixed number of steps)."""
+        return self.tol > 0 or self.tol_grad > 0
+
+    def frozen(self) -> torch.Tensor:
+        """(R,) bool: the replicas that stopped."""
+        return torch.tensor([s is not None for s in self.stop], device=self.initial_objective.device)
 
     def configure_optimizers(self):
         return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr)
@@ -102,72 +113,91 @@ class ReplicaModule(pl.LightningModule):
                 raise Divergence(f"non-finite gradient at step {step}")
         if self.initial_objective is None:
             self.initial_objective = loss.detach()
+            n = loss.shape[0]
+            self.stop, self.stop_step = [None] * n, [float("nan")] * n
         return loss
 
     def relative_gradient(self) -> torch.Tensor:
         """Per replica ||grad L|| ||theta|| / |L_0| from the gradients in p.grad (every parameter has the
         replica axis first; L_0: the objective at the first step)."""
         params = [p for p in self.problem.parameters() if p.grad is not None]
-        g = torch.stack([p.grad.flatten(1).pow(2).sum(1) for p in params]).sum(0).sqrt()
-        w = torch.stack([p.detach().flatten(1).pow(2).sum(1) for p in params]).sum(0).sqrt()
+        g = torch.stack([p.grad.reshape(p.shape[0], -1).pow(2).sum(1) for p in params]).sum(0).sqrt()
+        w = torch.stack([p.detach().reshape(p.shape[0], -1).pow(2).sum(1) for p in params]).sum(0).sqrt()
         return (g * w / self.initial_objective.abs().clamp_min(1e-30)).to(torch.float64)
 
     def training_step(self, batch, batch_idx):
         opt = self.optimizers()
         step = self.global_step  # steps taken before this one
         if self.optimizer_name == "lbfgs":
-            holder = {}
-
             def closure():
                 opt.zero_grad()
-                holder["loss"] = self._objective(step)
-                return holder["loss"].sum()
+                return self._objective(step)
 
-            opt.step(closure=closure)
-            loss = holder["loss"]
-        else:
-            opt.zero_grad()
-            loss = self._objective(step)
-            opt.step()
+            if self.stop is not None:
+                opt.optimizer.active = [s is None for s in self.stop]
+            objective = opt.step(closure=closure).to(self.initial_objective.device)
+            done = step + 1
+            logged = done % self.log_every == 0 or done == self.steps
+            if logged:
+                self._log_curves(done)
+            if self.checks:  # p.grad: each replica's gradient at its new point
+                self._check(done, objective, self.relative_gradient() if self.tol_grad > 0 else None, logged)
+                if self.trainer.should_stop and not logged:
+                    self._log_curves(done)  # the curves end where training did
+            return
+        opt.zero_grad()
+        objective = self._objective(step).detach()
+        if self.checks and step > 0 and step % self.log_every == 0:  # theta_step and its gradient
+            self._check(step, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
+            if self.trainer.should_stop:
+                return  # every replica stopped at theta_step: no step taken
+        frozen = self.frozen() if self.stop is not None and any(s is not None for s in self.stop) else None
+        opt.step()
+        if frozen is not None:
+            with torch.no_grad():
+                for p, held in zip(self.problem.parameters(), self._held, strict=True):
+                    p[frozen] = held[frozen]
         done = step + 1
-        logged = done % self.log_every == 0 or done == self.steps
-        if logged:
+        if done % self.log_every == 0 or done == self.steps:
             self._log_curves(done)
-        if logged or (self.optimizer_name == "lbfgs" and self.tol_grad > 0):
-            # p.grad still holds this step's gradient (it is zeroed at the next step's start)
-            grad = self.relative_gradient() if self.tol_grad > 0 else None
-            self._check_convergence(done, loss.detach(), grad, stall=logged)
-            if self.trainer.should_stop and not logged:
-                self._log_curves(done)  # the curves end where training did
 
     def moved(self, objective: torch.Tensor) -> torch.Tensor:
-        """Per replica: |L - L_0| / |L_0| > tol_move (strict: with tol_move = 0 the objective must have
-        changed at all, so a replica whose objective stays exactly L_0 never converges or stalls)."""
+        """Per replica: (L_0 - L) / |L_0| > tol_move, the objective fell (strict: with tol_move = 0 it must
+        have fallen at all)."""
         L0 = self.initial_objective
-        return (objective - L0).abs() / L0.abs().clamp_min(1e-30) > self.tol_move
+        return (L0 - objective) / L0.abs().clamp_min(1e-30) > self.tol_move
 
-    def _check_convergence(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None,
-                           stall: bool = True) -> None:
-        """Mark the replicas that converged (grad_rel <= tol_grad) or, when `stall` (a logged step),
-        stalled (objective change since the previous logged step below tol); stop when all have."""
-        if self.tol <= 0 and self.tol_grad <= 0:
-            return
+    def rose(self, objective: torch.Tensor) -> torch.Tensor:
+        """Per replica: (L - L_0) / |L_0| > tol_move, the objective rose above its start."""
+        L0 = self.initial_objective
+        return (objective - L0) / L0.abs().clamp_min(1e-30) > self.tol_move
+
+    def _check(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None, stall: bool) -> None:
+        """Stop the replicas that converged (grad_rel <= tol_grad) or, when `stall`, stalled (objective
+        change since the previous stall check below tol), with a fallen objective; those that met either
+        test with a risen objective diverged. Stopped replicas are frozen here; training ends once all are."""
         n = objective.shape[0]
-        if self.converged_step is None:
-            self.converged_step, self.stalled_step = [float("nan")] * n, [float("nan")] * n
-        stalled = torch.zeros_like(objective, dtype=torch.bool)
+        stalled = torch.zeros(n, dtype=torch.bool, device=objective.device)
         if stall and self.tol > 0 and self._last_objective is not None:
             change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
             stalled = change < self.tol
-        converged = grad_rel <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
-        moved = self.moved(objective)
-        converged, stalled = converged & moved, stalled & moved
+        met = grad_rel.to(objective.device) <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
         if stall:
             self._last_objective = objective
-        for r in range(n):  # the first time each happens (nan != nan)
-            if bool(converged[r]) and self.converged_step[r] != self.converged_step[r]:
-                self.converged_step[r] = float(step)
-            if bool(stalled[r]) and self.stalled_step[r] != self.stalled_step[r]:
-                self.stalled_step[r] = float(step)
-        if all(c == c or s == s for c, s in zip(self.converged_step, self.stalled_step, strict=True)):
+        fell, rose = self.moved(objective), self.rose(objective)
+        newly = []
+        for r in range(n):
+            if self.stop[r] is not None or not (bool(met[r]) or bool(stalled[r])):
+                continue
+            reason = (CONVERGED if bool(met[r]) else STALLED) if bool(fell[r]) else DIVERGED if bool(rose[r]) else None
+            if reason is not None:  # else a flat start: go on
+                self.stop[r], self.stop_step[r] = reason, float(step)
+                newly.append(r)
+        if newly and self.optimizer_name != "lbfgs":  # hold them where they are
+            params = [p.detach() for p in self.problem.parameters()]
+            if self._held is None:
+                self._held = [p.clone() for p in params]
+            for held, p in zip(self._held, params, strict=True):
+                held[newly] = p[newly]
+        if all(s is not None for s in self.stop):
             self.trainer.should_stop = True

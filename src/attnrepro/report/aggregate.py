@@ -15,6 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from attnrepro.jobs.records import atomic_write
 from attnrepro.jobs.theory import load as load_theory
 from attnrepro.jobs.theory import theory_experiments, theory_settings
 from attnrepro.report.figure_spec import error_text, specs
@@ -37,12 +38,23 @@ def status_path(outputs: str | Path) -> Path:
     return results_dir(outputs) / "status.json"
 
 
+class CorruptStatus(ValueError):
+    """status.json exists but cannot be read: `attnrepro aggregate` rebuilds it from the records."""
+
+
 def read_status(outputs: str | Path) -> dict:
+    """The aggregate's status ({} before the first aggregate); CorruptStatus when the file is unreadable."""
     path = status_path(outputs)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as e:
+        raise CorruptStatus(f"{path} is unreadable ({type(e).__name__}: {e}); `attnrepro aggregate` rebuilds it "
+                            "from the records") from e
+    if not isinstance(status, dict):
+        raise CorruptStatus(f"{path} is not a status map; `attnrepro aggregate` rebuilds it from the records")
+    return status
 
 
 def _jsonable(x):
@@ -59,18 +71,26 @@ def _jsonable(x):
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
-    """Parquet, via a temp file then a rename. Object columns that Arrow cannot type (mixed
-    values) are written as strings, missing values kept."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
+    """Parquet, written atomically (records.atomic_write: the old file or the new one, never a half one).
+    Object columns that Arrow cannot type (mixed values) are written as strings, missing values kept."""
     try:
-        df.to_parquet(tmp, index=False)
+        atomic_write(path, lambda f: df.to_parquet(f, index=False), binary=True)
     except (TypeError, ValueError, ArithmeticError):  # what pyarrow's ArrowInvalid/ArrowTypeError derive from
         df = df.copy()
         for col in df.select_dtypes(include="object").columns:
             df[col] = df[col].map(lambda v: v if v is None else str(v))
-        df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+        atomic_write(path, lambda f: df.to_parquet(f, index=False), binary=True)
+
+
+def read_table(path: Path) -> pd.DataFrame | None:
+    """A saved table (None when there is none); OSError with one line naming the file when it is unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception as e:  # pyarrow's errors: a truncated or foreign file
+        raise OSError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                      "`attnrepro aggregate` rebuilds it") from e
 
 
 def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = None,
@@ -92,7 +112,11 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
                 data[exp].status["theory_error"] = error_text(e)
                 log(f"{exp}: THEORY NOT LOADED: {type(e).__name__}: {e}")
         log(status_line(data[exp].status))
-    old = read_status(outputs)
+    try:
+        old = read_status(outputs)
+    except CorruptStatus as e:
+        log(f"{e}: rebuilt")
+        old = {}
     status = old if old.get("profile") == profile else {}
     status["profile"] = profile
     status.setdefault("experiments", {}).update({e: d.status for e, d in data.items()})
@@ -101,15 +125,18 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
         entry = {"sources": list(spec.sources), "rows": 0, "error": ""}
         try:
             table = spec.table({e: data[e] for e in spec.sources})
-            write_table(table, table_path(outputs, spec.name))
-            entry["rows"] = len(table)
         except Exception as e:  # one figure's table must not stop the others
             entry["error"] = error_text(e)
             table_path(outputs, spec.name).unlink(missing_ok=True)  # never leave a stale table behind
+        else:
+            try:
+                write_table(table, table_path(outputs, spec.name))
+                entry["rows"] = len(table)
+            except OSError as e:  # a full disk, a read-only folder: the earlier table is kept, said so
+                entry["error"] = (f"table not written: {type(e).__name__}: {e}; the file on disk, if any, is from "
+                                  "an earlier aggregate")
         figures[spec.name] = entry
         log(f"{spec.name}: " + (f"TABLE FAILED: {entry['error'].splitlines()[-1]}" if entry["error"]
                                 else f"{entry['rows']} rows -> {table_path(outputs, spec.name)}"))
-    path = status_path(outputs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_jsonable(status), indent=1))
+    atomic_write(status_path(outputs), lambda f: json.dump(_jsonable(status), f, indent=1))
     return status

@@ -23,7 +23,7 @@ from attnrepro.jobs.grid import parts
 from attnrepro.jobs.job import digest
 from attnrepro.jobs.provenance import fingerprint
 from attnrepro.jobs.records import atomic_write
-from attnrepro.report.aggregate import read_status, results_dir, table_path, write_table
+from attnrepro.report.aggregate import read_status, read_table, results_dir, table_path, write_table
 from attnrepro.report.claims import COLUMNS, Claim, fmt
 from attnrepro.report.claims_diff import against_reference
 from attnrepro.report.figure_spec import Rendered, render, specs
@@ -176,10 +176,13 @@ def _render(spec, outputs: Path) -> tuple[Rendered, bool]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     cache.unlink(missing_ok=True)
-    table = pd.read_parquet(path) if path.exists() else None
+    try:
+        table, unreadable = read_table(path), ""
+    except OSError as e:
+        table, unreadable = None, str(e)
     r = render(spec, table)
     if table is None:
-        r.errors.append(f"no table at {path}: run `attnrepro aggregate` first")
+        r.errors.append(unreadable or f"no table at {path}: run `attnrepro aggregate` first")
     if r.figure is not None:
         save(r.figure, outputs / "figures", spec.name)
     est_path = estimates_path(outputs, spec.name)
@@ -220,9 +223,9 @@ def build_report(outputs: str | Path, names: Sequence[str] | None = None) -> Rep
     report_dir = outputs / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     csv_path, html_path = report_dir / "claims.csv", report_dir / "index.html"
-    claims.to_csv(csv_path, index=False)
+    atomic_write(csv_path, lambda f: claims.to_csv(f, index=False), newline="")
     if diff is not None:
-        diff.to_csv(report_dir / "claims_diff.csv", index=False)
+        atomic_write(report_dir / "claims_diff.csv", lambda f: diff.to_csv(f, index=False), newline="")
     toc = "".join(f"<li><a href='#{_esc(r.spec.name)}'>{_esc(r.spec.name)}</a>: "
                   f"{sum(c.holds for c in r.claims)}/{len(r.claims)} claims hold"
                   + (" <span class='no'>errors</span>" if r.errors else "") + "</li>" for r in rendered)
@@ -231,7 +234,8 @@ def build_report(outputs: str | Path, names: Sequence[str] | None = None) -> Rep
             "A claim that does not hold is reported as measured.</p><ul>" + toc + "</ul>"
             + "<h2>Against the reference</h2>" + _diff_html(diff, note)
             + "".join(_section(r, status, status.get("figures", {}).get(r.spec.name, {}), outputs) for r in rendered))
-    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>attnrepro report</title>"
-                         f"<style>{CSS}</style></head><body>{body}</body></html>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>attnrepro report</title>"
+            f"<style>{CSS}</style></head><body>{body}</body></html>")
+    atomic_write(html_path, lambda f: f.write(page))
     close([r.figure for r in rendered if r.figure is not None])
     return Report(rendered, claims, html_path, csv_path, reused, note)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 from typing import Sequence
 
@@ -122,18 +120,13 @@ def palette(n: int) -> list:
 
 
 def save(fig: Figure, folder: Path, stem: str) -> list[Path]:
-    """Write <folder>/<stem>.png and .pdf."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write <folder>/<stem>.png and .pdf, each atomically (records.atomic_write)."""
+    from attnrepro.jobs.records import atomic_write
+
     paths = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     for p in paths:
-        fig.savefig(p, dpi=150)
+        atomic_write(p, lambda f, fmt=p.suffix[1:]: fig.savefig(f, format=fmt, dpi=150), binary=True)
     return paths
-
-
-def png_base64(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def close(figs: Sequence[Figure]) -> None:

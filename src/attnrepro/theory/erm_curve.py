@@ -5,7 +5,13 @@
 
 One row per alpha (ascending): test_error, train_loss, estimation_error, the learned-spectrum
 parameters (eta, delta, eps), converged and its reason (state_evolution.state_evolution_curve);
-lam = 0 gives the lambda -> 0+ limit.
+lam = 0 gives the lambda -> 0+ limit: below alpha_interp the minimum-nuclear-norm interpolator in closed
+form (method "interpolating_limit", training loss 0), above it (Delta > 0) the fixed point at lambda = 0
+(method "lambda_zero", eps = 0, finite Sigma), the two meeting at alpha_interp, where the test error peaks.
+The branch above is solved from the largest alpha down; close to alpha_interp its Sigma grows without
+bound, and a point the solver cannot reach is a row with converged = False and the reason.
+
+    rows = erm_state_evolution([0.1, 0.15, 0.2, 0.3, 0.5], lam=0, kappa=1.0, kappa0=0.5, T=2, Delta=0.5)
 """
 
 from __future__ import annotations

@@ -28,7 +28,11 @@ Outputs: the estimation error E = Q0 - 2m + q (= ||S - S0||_F^2 / d), the traini
 the test error from the output channel, the learned-spectrum law eta ReLU(S0 + delta Z - eps I) with its
 atom F_delta(eps) at 0, the validity condition kappa >= 1 - F_delta(eps), and the worst prox residual.
 
-lambda = 0 means lambda -> 0+: below alpha_interp the closed form of theory.interpolating_limit.
+lambda = 0 means lambda -> 0+: below alpha_interp the closed form of theory.interpolating_limit; above it
+(Delta > 0) the fixed point at lambda = 0 itself (solve_ridgeless): no PSD S fits the labels there, the
+training loss stays positive, Sigma stays finite as lambda -> 0 and so eps = lambda~/mhat -> 0, and the
+equations above with eps = 0 are solved in y = (log Sigma, m, log q). The two branches meet at alpha_interp,
+where Sigma of the branch above grows without bound (docs/state_evolution.md, "Above alpha_interp").
 """
 
 from __future__ import annotations
@@ -71,7 +75,8 @@ class SEPoint:
     iterations: int        # map evaluations
     residual: float        # the largest |r| at the solution
     prox_residual: float   # the largest |grad| of the output channel's proximal problems at the solution
-    method: str            # "newton", "damped", "null" (S = 0) or "interpolating_limit" (lambda -> 0+)
+    method: str            # "newton", "damped", "null" (S = 0), "lambda_zero" (lambda = 0 above alpha_interp);
+                           # the other lambda -> 0+ rows: "interpolating_limit", "threshold", "perfect_recovery"
 
     def row(self) -> dict:
         return asdict(self)
@@ -108,7 +113,10 @@ class FixedPointMap:
         if not (qhat > 0 and mhat > 0 and shat > 0):
             raise _OutOfDomain(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, Sigmahat = {shat:.3g}")
         delta, eps, eta = math.sqrt(qhat) / mhat, self.lam_t / mhat, mhat / shat
-        fc = FreeConvolution(self.law, delta, self.nodes)
+        try:
+            fc = FreeConvolution(self.law, delta, self.nodes)
+        except (ValueError, RuntimeError) as e:  # delta so small (or large) that mu_delta is not resolved
+            raise _OutOfDomain(f"left the domain: delta = {delta:.3g} ({e})") from e
         J, dJd, K = fc.J(eps), fc.dJ_ddelta(eps), fc.K(eps)
         D = dJd / (2 * delta)
         return (D / shat, eta * (K - delta * delta * D), eta * eta * J), (delta, eps, eta), fc
@@ -161,7 +169,7 @@ def solve(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, ini
     """The fixed point at (alpha, lambda) by newton_root from init = (Sigma, m, q) (default
     (1, Q0/2, Q0/2)); jac: the Jacobian in y of a nearby point (a sweep passes it on). Returns the point
     and the Jacobian; raises NotConverged. lambda = 0 only where Sigma stays finite (the softmax
-    channel's lambda -> 0+ below alpha_interp is interpolating_limit)."""
+    channel above alpha_interp: solve_ridgeless; below it the lambda -> 0+ limit is interpolating_limit)."""
     fmap = FixedPointMap(law, channel, alpha, lam, kappa, nodes)
     y0 = fmap.to_y(init if init is not None else default_start(law))
     try:
@@ -301,6 +309,91 @@ def _continued_path(law, channel, alpha, lam, kappa, **kw):
     return p, path_jac
 
 
+# ---------------------------------------------------------------- lambda -> 0+ above alpha_interp
+
+RIDGELESS_PATH = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)   # the lambda path of solve_ridgeless's last route
+
+
+def solve_ridgeless(law: SpectralLaw, channel, alpha: float, kappa: float, inits=(), jac=None, log=None,
+                    **kw) -> tuple[SEPoint, np.ndarray | None]:
+    """The lambda -> 0+ fixed point above alpha_interp (Delta > 0), solved at lambda = 0.
+
+    Above alpha_interp no PSD S fits the labels: the training loss stays positive, the Moreau width Sigma
+    and the hats stay finite as lambda -> 0, and eps = lambda~/mhat -> 0. The limit is the fixed point of the
+    stationarity equations at eps = 0 (FixedPointMap at lambda = 0; docs/state_evolution.md):
+
+        qhat = -4 alpha dM/dSigma,   mhat = -2 alpha dM/dm,   Sigmahat = 4 alpha dM/dq,
+        Sigma = D(delta, 0)/Sigmahat,   m = eta (J(delta, 0) - delta^2 D(delta, 0)),   q = eta^2 J(delta, 0),
+
+    a root of r(y), y = (log Sigma, m, log q), by newton_root. Routes, in turn:
+
+    1. from each of `inits` (warm starts along a sweep; jac the last Jacobian);
+    2. from the lambda = 0 fixed point of the channel's quadratic surrogate (channel.surrogate(), whose
+       Sigma is finite above the same alpha_interp);
+    3. down the lambda path RIDGELESS_PATH (solve_continued at the first lambda, then each from the last
+       (Sigma, m, q)), then lambda = 0 from the last.
+
+    Returns (point, Jacobian) with method "lambda_zero"; raises NotConverged naming every route's failure."""
+    errors = []
+
+    def attempt(name, fn):
+        try:
+            return fn()
+        except (NotConverged, ProxNotSolved, ValueError) as e:
+            errors.append(f"{name}: {e}")
+            if log:
+                log(f"      {name} failed: {e}")
+            return None
+
+    def at_zero(init, jac0=None):
+        p, j = solve(law, channel, alpha, 0.0, kappa, init=init, jac=jac0, **kw)
+        p.method = "lambda_zero"
+        return p, j
+
+    for init in [i for i in inits if i is not None]:
+        found = attempt("warm start", lambda init=init: at_zero(init, jac))
+        if found:
+            return found
+    if hasattr(channel, "surrogate"):
+        def from_surrogate():
+            quad = channel.surrogate()
+            start = _continued_path(law, quad, alpha, 1e-8, kappa, **kw)[0]
+            start = solve(law, quad, alpha, 0.0, kappa, init=(start.Sigma, start.m, start.q), **kw)[0]
+            return at_zero((start.Sigma, start.m, start.q))
+        found = attempt("from the quadratic surrogate's lambda = 0 fixed point", from_surrogate)
+        if found:
+            return found
+
+    def down_the_path():
+        p, path_jac = solve_continued(law, channel, alpha, RIDGELESS_PATH[0], kappa, **kw)
+        for lam in RIDGELESS_PATH[1:]:
+            if p.q <= 0:
+                raise NotConverged(f"S = 0 at lambda = {p.lam:g}")
+            try:  # above alpha_interp Sigma stays finite: hold (Sigma, m, q)
+                p, path_jac = solve(law, channel, alpha, lam, kappa, init=(p.Sigma, p.m, p.q), **kw)
+            except NotConverged as e:
+                raise NotConverged(f"at lambda = {lam:g}: {e}") from e
+        return at_zero((p.Sigma, p.m, p.q))
+    found = attempt(f"lambda path {RIDGELESS_PATH[0]:g} ... {RIDGELESS_PATH[-1]:g}, then 0", down_the_path)
+    if found:
+        return found
+    raise NotConverged("; ".join(errors))
+
+
+def _ridgeless_start(solved: list[tuple[float, np.ndarray]], alpha: float, alpha_interp: float) -> np.ndarray | None:
+    """y = (log Sigma, m, log q) at alpha, linear in log(alpha - alpha_interp) through the two nearest solved
+    points of the lambda = 0 branch above alpha_interp (log Sigma is close to linear there: Sigma grows like a
+    power of 1/(alpha - alpha_interp) as alpha -> alpha_interp+)."""
+    if not solved:
+        return None
+    near = sorted(solved, key=lambda ay: abs(math.log((ay[0] - alpha_interp) / (alpha - alpha_interp))))[:2]
+    if len(near) == 1:
+        return near[0][1]
+    (a1, y1), (a2, y2) = near
+    s1, s2, s = (math.log(a - alpha_interp) for a in (a1, a2, alpha))
+    return y2 + (y2 - y1) * (s - s2) / (s2 - s1)
+
+
 # ---------------------------------------------------------------- a curve in alpha
 
 def _extrapolated(fmap_y: list[tuple[float, np.ndarray]], alpha: float) -> np.ndarray | None:
@@ -322,22 +415,48 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
 
     lambda > 0: solve_continued, each point started from the previous ones (y extrapolated linearly in
     alpha) with the last Jacobian. lambda = 0 means lambda -> 0+: interpolating_limit below alpha_interp;
-    above it, with Delta = 0, perfect recovery (S = r S0); with Delta > 0 the limit has no finite weight
-    norm (docs/state_evolution.md), a row with converged = False and that reason. A point that fails is
+    above it, with Delta = 0, perfect recovery (S = r S0); with Delta > 0 the fixed point at lambda = 0
+    (solve_ridgeless; a quadratic channel: its own lambda = 0 solve), solved from the largest alpha down
+    whatever `descending` says (Sigma grows without bound as alpha -> alpha_interp+, so each point starts
+    from its neighbours above, y extrapolated linearly in log(alpha - alpha_interp)). A point that fails is
     a row with converged = False and its reason; the others go on."""
     import time
 
     rows, solved, jac = [], [], None
     threshold = None
+    order = sorted((float(a) for a in alphas), reverse=descending)
     if lam == 0:
         try:
             threshold = interpolation_threshold(law, T, Delta)
         except ValueError as e:
             threshold = e
-    for alpha in sorted((float(a) for a in alphas), reverse=descending):
+        else:  # the branch above alpha_interp from the largest alpha down, after the closed-form rows
+            below = [a for a in order if a < threshold.alpha]
+            order = below + sorted((a for a in order if a >= threshold.alpha), reverse=True)
+    ridgeless = (lam == 0 and not isinstance(threshold, Exception) and Delta > 0
+                 and not getattr(channel, "finite_at_zero_lambda", False))
+    for alpha in order:
         t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
         try:
-            if lam == 0:
+            if ridgeless and alpha > threshold.alpha:
+                fmap = FixedPointMap(law, channel, alpha, 0.0, kappa, kw.get("nodes", 200))
+                starts = [_ridgeless_start(solved, alpha, threshold.alpha)]
+                if len(solved) > 1:  # the extrapolation's fallback: the nearest solved point above
+                    starts.append(solved[-1][1])
+                inits = [fmap.from_y(y) for y in starts if y is not None and np.all(np.abs(y) < 50)]
+                if alpha - threshold.alpha < NEAR_THRESHOLD * threshold.alpha:  # (m, q) close to the threshold's
+                    inits.append((NEAR_SIGMA, *_threshold_mq(law, threshold, ratio, kw.get("nodes", 400))))
+                try:
+                    p, jac = solve_ridgeless(law, channel, alpha, kappa, inits=inits, jac=jac, log=log, **kw)
+                except NotConverged as e:
+                    near = f"; Sigma = {math.exp(solved[-1][1][0]):.3g} at alpha = {solved[-1][0]:g}" if solved else ""
+                    raise NotConverged(
+                        f"lambda = 0 above alpha_interp = {threshold.alpha:.6g} (alpha - alpha_interp = "
+                        f"{alpha - threshold.alpha:.3g}; Sigma grows without bound as alpha -> alpha_interp+{near}) "
+                        f"not solved: {e}") from e
+                row = p.row()
+                solved.append((alpha, fmap.to_y((p.Sigma, p.m, p.q))))
+            elif lam == 0:
                 row = _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw)
             else:
                 fmap = FixedPointMap(law, channel, alpha, lam, kappa, kw.get("nodes", 200))
@@ -354,10 +473,21 @@ def state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: 
                    channel_evaluations=getattr(channel, "evaluations", 0) - calls0)
         rows.append(row)
         if log:
-            status = row["method"] if not reason else "no limit" if row.get("method") == "no_limit" else "FAILED"
+            status = row["method"] if not reason else "FAILED"
             log(f"    alpha = {alpha:g}, lambda = {lam:g}: {status}" + (f" ({reason})" if reason else "")
                 + f", {row['channel_evaluations']} channel evaluations, {row['seconds']:.1f}s")
     return sorted(rows, key=lambda r: r["alpha"])
+
+
+NEAR_THRESHOLD, NEAR_SIGMA = 0.05, 1e6   # within 5% of alpha_interp: also start from (1e6, m, q of the threshold)
+
+
+def _threshold_mq(law, threshold, ratio: float, nodes: int) -> tuple[float, float]:
+    """(m, q) where the two lambda -> 0+ branches meet (alpha_interp: eps = 0, delta = dbar):
+    m = r (J - dbar^2 D) = r (Q0 + Delta/2), q = r^2 J, at (dbar, 0)."""
+    fc = FreeConvolution(law, threshold.delta, nodes)
+    J, D = fc.J(0.0), fc.dJ_ddelta(0.0) / (2 * threshold.delta)
+    return ratio * (J - threshold.delta ** 2 * D), ratio * ratio * J
 
 
 def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw) -> dict:
@@ -383,6 +513,10 @@ def _limit_row(law, channel, alpha, kappa, T, Delta, ratio, threshold, **kw) -> 
         return {**base, "m": m, "q": q, "delta": 0.0, "eps": 0.0, "estimation_error": law.Q0 - 2 * m + q,
                 "train_loss": 0.0, "test_error": 0.0, "rank": rank, "valid": bool(kappa >= rank),
                 "residual": 0.0, "method": "perfect_recovery"}
-    return {**base, "method": "no_limit",
-            "reason": f"alpha >= alpha_interp = {threshold.alpha:.4g}: the lambda -> 0+ limit has no finite weight "
-                      "norm (q grows without bound; docs/state_evolution.md)"}
+    if alpha == threshold.alpha:  # where the two branches meet: eps = 0, delta = dbar, Sigma infinite
+        m, q = _threshold_mq(law, threshold, ratio, kw.get("nodes", 400))
+        return {**base, "m": m, "q": q, "delta": threshold.delta, "eps": 0.0, "estimation_error": law.Q0 - 2 * m + q,
+                "train_loss": 0.0, "test_error": channel.test_error(m, q), "rank": threshold.rank,
+                "valid": bool(kappa >= threshold.rank), "residual": threshold.residual, "method": "threshold"}
+    raise ValueError(f"alpha = {alpha:g} > alpha_interp = {threshold.alpha:.6g}: the lambda = 0 fixed point is "
+                     "solve_ridgeless's (state_evolution_curve)")

@@ -31,17 +31,18 @@ KS_LEVEL = 0.1  # goodness of fit of the learned-spectrum law: sup |F_sim - F_fi
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica, position) of the learned and target eigenvalues (decreasing), with the
     overlaps of the target's modes, alpha, and per-seed rank collapse and recovered modes; and the
-    theory rows of the learned-spectrum law at every alpha (spectrum_theory_rows)."""
+    theory rows of the learned-spectrum law at every alpha from the converged seeds (spectrum_theory_rows).
+    Seeds that did not converge keep their rows (converged = False): drawn and counted apart, left out."""
     arrays = rows(data, FIGURE, [*ID, "task.d", "task.alpha", "task.gamma", "model.lam", "position", *SPECTRUM],
                   "arrays")
-    final = rows(data, FIGURE, ["key", "replica", "rank_collapse", "n_recovered", "test_error"])
+    final = rows(data, FIGURE, ["key", "replica", "rank_collapse", "n_recovered", "test_error", series.CONVERGED])
     if arrays.empty or final.empty:
         return arrays.assign(rank_collapse=np.nan, n_recovered=np.nan, test_error=np.nan)
     sim = arrays.merge(final.drop(columns=[series.SOURCE]), on=["key", "replica"], how="left")
     se = theory_rows(data, FIGURE, SE_CURVE)
     inputs = {"sim": frame_digest(sim), "se": frame_digest(se) if se is not None else None}
-    fitted = cached(data[FIGURE].outputs, "learned_spectrum_fit", inputs, lambda: spectrum_theory_rows(sim, se),
-                    (__name__,))
+    fitted = cached(data[FIGURE].outputs, "learned_spectrum_fit", inputs,
+                    lambda: spectrum_theory_rows(series.converged(sim), se), (__name__,))
     return pd.concat([sim, fitted], ignore_index=True)
 
 
@@ -110,12 +111,14 @@ def spectrum_stats(seed_rows: pd.DataFrame) -> dict:
 
 
 def per_seed_spectra(table: pd.DataFrame) -> pd.DataFrame:
+    """spectrum_stats per seed, with its alpha and whether it converged."""
     sim = series.simulation(table)
     if sim.empty:
-        return pd.DataFrame(columns=["key", "replica", "task.alpha", "atom", "outliers", "s1", "gap", "t1",
-                                     "target_gap"])
-    out = [{"key": k, "replica": r, "task.alpha": g["task.alpha"].iloc[0], **spectrum_stats(g)}
-           for (k, r), g in sim.groupby(["key", "replica"], sort=True)]
+        return pd.DataFrame(columns=["key", "replica", "task.alpha", series.CONVERGED, "atom", "outliers", "s1",
+                                     "gap", "t1", "target_gap"])
+    conv = sim[series.CONVERGED] if series.CONVERGED in sim else pd.Series(True, sim.index)
+    out = [{"key": k, "replica": r, "task.alpha": g["task.alpha"].iloc[0], series.CONVERGED: conv[g.index[0]],
+            **spectrum_stats(g)} for (k, r), g in sim.groupby(["key", "replica"], sort=True)]
     return pd.DataFrame(out)
 
 
@@ -126,7 +129,9 @@ def plot(table: pd.DataFrame, estimates: None):
     fig, axes = grid(-(-max(len(alphas), 1) // ncols), ncols, "learned eigenvalues of S, pooled over seeds")
     for ax in axes.flat[len(alphas):]:
         ax.set_axis_off()
-    stats = per_seed_spectra(table)
+    every = per_seed_spectra(table)
+    stats = series.converged(every)
+    sim = series.converged(sim)
     values = np.concatenate([sim[c].to_numpy(dtype=float) for c in ("eigenvalues", "target_eigenvalues")])
     values = values[np.isfinite(values)]
     bins = np.linspace(min(0.0, values.min()), 1.05 * values.max(), 60) if values.size else 10
@@ -152,8 +157,10 @@ def plot(table: pd.DataFrame, estimates: None):
                 if len(c):
                     ax.plot(c["eigenvalue"], c["density"], style, lw=1.0, label=f"{name} (KS {c['ks'].iloc[0]:.2f})")
         ax.set_yscale("log")
+        left = int(np.isclose(every["task.alpha"], alpha).sum()) - len(s)
         finish(ax, "eigenvalue of S", "density", title=f"α = {alpha:g}: {mean_se(s['outliers'])[0]:.1f} "
-                                                        "modes recovered (mean)")
+                                                        "modes recovered (mean)"
+                                                        + (f"; {left} unconverged seeds left out" if left else ""))
     return fig
 
 
@@ -200,7 +207,9 @@ def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
                          f"law {fmt(r['outliers_fit'])}, "
                          f"simulated {fmt(r['outliers_sim'])}; rms quantile residual {fmt(r['rms'])} of the rms "
                          "eigenvalue", key=claim_key("law_ks", curve=curve, alpha=alpha)))
-    st = per_seed_spectra(table)
+    every = per_seed_spectra(table)
+    st = series.converged(every)
+    left = f"; unconverged seeds left out: {len(every) - len(st)} of {len(every)}"
     out += _se_spectrum_claims(th, st)
     alphas = series.levels(st, "task.alpha")
     by = summary(st, ["task.alpha"], "atom")
@@ -212,7 +221,7 @@ def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
                              "(seed means strictly decreasing)", atoms[-1] if atoms.size else NAN,
                      lambda v: atoms.size > 1 and bool(np.all(np.diff(atoms) < 0)),
                      f"at the largest α; ± {fmt(mean_se(last['atom'])[1])} (s.e.)",
-                     f"atom seed means: {listing(by['task.alpha'], atoms)}", key="atom_shrinks"))
+                     f"atom seed means: {listing(by['task.alpha'], atoms)}{left}", key="atom_shrinks"))
     rec = summary(st, ["task.alpha"], "outliers")
     counts = rec["mean"].to_numpy(dtype=float)
     out.append(judge(FIGURE, "outliers leave the bulk as α grows: the number of recovered target modes "
@@ -220,16 +229,16 @@ def claims(table: pd.DataFrame, estimates: None) -> list[Claim]:
                              "at the smallest", counts[-1] if counts.size else NAN,
                      lambda v: counts.size > 1 and bool(np.all(np.diff(counts) >= 0)) and counts[-1] > counts[0],
                      f"at the largest α; ± {fmt(mean_se(last['outliers'])[1])} (s.e.)",
-                     f"seed means: {listing(rec['task.alpha'], counts)}", key="outliers_leave_bulk"))
+                     f"seed means: {listing(rec['task.alpha'], counts)}{left}", key="outliers_leave_bulk"))
     t1, tgap = mean_se(last["t1"])[0], mean_se(last["target_gap"])[0]
     out.append(mean_claim(FIGURE, f"at the largest α = {a_hi:g} the top learned eigenvalue (the first outlier) is "
                                   f"within 15% of the target's, {fmt(t1)}", last["s1"],
                           lambda v: abs(v - t1) <= 0.15 * t1,
-                          f"at the smallest α: {fmt(mean_se(first['s1'])[0])}", key="top_eigenvalue"))
+                          f"at the smallest α: {fmt(mean_se(first['s1'])[0])}{left}", key="top_eigenvalue"))
     out.append(mean_claim(FIGURE, f"at the largest α the top eigenvalue stands apart from the rest: gap s1/s2 "
                                   f"within 20% of the target's λ1/λ2 = {fmt(tgap)}", last["gap"],
                           lambda v: abs(v - tgap) <= 0.2 * tgap,
-                          f"gap at the smallest α: {fmt(mean_se(first['gap'])[0])}", key="top_gap"))
+                          f"gap at the smallest α: {fmt(mean_se(first['gap'])[0])}{left}", key="top_gap"))
     return out
 
 
@@ -237,7 +246,8 @@ SPEC = register(FigureSpec(
     name=FIGURE, sources=(FIGURE,), table=table, plot=plot, claims=claims,
     caption="Histograms (log density) of the eigenvalues of the learned S = WᵀW/√(pd), factorized with p = d "
             "(κ = 1), power-law target S0 = O diag(√d i^-γ) Oᵀ, noisy labels, weight decay λ, pooled over "
-            "seeds, one panel per α = n/d². The atom at 0 (eigenvalues <= 1e-3 of the largest; rank collapse) "
+            "converged seeds (L-BFGS to its minimiser; unconverged seeds are counted in the panel titles and "
+            "left out), one panel per α = n/d². The atom at 0 (eigenvalues <= 1e-3 of the largest; rank collapse) "
             "is left out of the histogram and its mass written in red; grey: the target's eigenvalues. A "
             "target mode counts as recovered (an outlier) when ‖(S - S0)u_i‖ <= |λ_i(S0)|/2. Black: the law of "
             "η ReLU(S0 + δZ - εI) (paper B, Claim 4.1; μ0 = the target's eigenvalues at this d) with (η, δ, ε) "

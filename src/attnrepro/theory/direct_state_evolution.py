@@ -1,0 +1,588 @@
+"""Paper B's ERM state evolution for the direct student, and both students at their optimal lambda.
+
+The direct student learns a symmetric S entry-wise with the penalty (lambda/2) sqrt(p d) ||S||_F^2
+(papers.tied_attention.model: c = sqrt(p d)), i.e. (lambda~/2) d ||S||_F^2 with lambda~ = sqrt(kappa) lambda,
+the same prefactor per unit of S as the factorized student's (lambda~/2) d Tr S. The output side (the
+channel M, its hats) is the factorized state evolution's; only the prior side changes
+(docs/state_evolution.md, "The direct student"). Per eigenvalue y of Y = S0 + delta Z the denoiser is the
+minimiser of (Sigmahat/2) s^2 - mhat s y + lambda~ s^2 over s in R, a linear shrinkage:
+
+    S = eta (S0 + delta Z),   eta = mhat / (Sigmahat + 2 lambda~),   delta = sqrt(qhat)/mhat,
+
+so the prior term of Phi is -(mhat^2 Q0 + qhat) / (4 (Sigmahat + 2 lambda~)) and stationarity gives, in closed
+form (no free convolution):
+
+    Sigma = 1/(Sigmahat + 2 lambda~),   m = mhat Q0 Sigma,   q = (mhat^2 Q0 + qhat) Sigma^2,
+
+with qhat = -4 alpha dM/dSigma, mhat = -2 alpha dM/dm, Sigmahat = 4 alpha dM/dq as before. The learned spectrum
+is the law of eta (S0 + delta Z): eta times mu0 [+] sc(delta), every eigenvalue kept (no atom at 0 for delta > 0).
+
+lambda -> 0+. With n_meas measurements per sample (n_u = (T^2 + T - 2)/2 logit differences for the softmax and
+the logit-difference channels, T (T + 1)/2 entries for the linear channel) and rho = 2 alpha n_meas, the large-Sigma
+form of the channel, M -> (n_meas/2)(r^2 (Q0 + Delta/2) - 2 r m + q)/Sigma (r = beta0/beta), gives
+lambda~ Sigma -> (1 - rho)/2: the interpolating branch lives at rho < 1, i.e. below
+
+    alpha_interp^direct = 1/(2 n_meas) = 1/(T^2 + T - 2)     (softmax; T = 2: 1/4),
+
+where the n n_meas constraints reach the d(d + 1)/2 ~ d^2/2 dimension of symmetric matrices. Below it the
+limit is the minimum-Frobenius-norm interpolator (`direct_interpolating_limit`):
+
+    m = rho r Q0,   q = r^2 rho (Q0 + Delta/2 - rho Q0)/(1 - rho),   eta = rho r,   delta^2 = c/(rho r^2),
+    c = r^2 (Q0 + Delta/2) - 2 r m + q,   training loss 0.
+
+Above it (Delta > 0) the fixed point at lambda = 0 itself (Sigma = 1/Sigmahat finite), where it exists: measured at
+kappa0 = 0.5, Delta = 0.5, it settles along lambda at alpha = 0.6, while just above 1/4 (alpha = 0.3, 0.4) q keeps
+growing as lambda falls and no lambda = 0 fixed point is found (those rows fail, with the reason). With Delta = 0,
+S = r S0.
+
+Solving: DirectFixedPointMap subclasses state_evolution.FixedPointMap (the channel side, the root-finding
+variables y = (log(lambda~ Sigma), m, log q) and the residual are its own) and replaces the prior side; the
+fixed point is a root of its residual by theory.root_finding.newton_root, warm-started along alpha (or lambda),
+from the channel's quadratic surrogate, or last by the damped iteration. A point that is not solved is a row
+with converged = False and its reason.
+
+`optimal_lambda_curve` minimises the state evolution's test error over log lambda at every alpha, for either
+student (factorized: state_evolution.solve_continued; direct: this module), warm-started along alpha.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from attnrepro.theory.free_convolution import FreeConvolution
+from attnrepro.theory.root_finding import NotConverged, newton_root
+from attnrepro.theory.softmax_prox import ProxNotSolved, entries
+from attnrepro.theory.spectral_laws import SpectralLaw
+from attnrepro.theory.state_evolution import (
+    FixedPointMap,
+    SEPoint,
+    _Evaluation,
+    _extrapolated,
+    _OutOfDomain,
+    default_start,
+)
+
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------- the prior side
+
+class DirectFixedPointMap(FixedPointMap):
+    """F(Sigma, m, q) of the direct student: the factorized map's channel side (hats), and the prior side of
+    the Frobenius penalty (lambda~/2) d ||S||_F^2 (module docstring):
+
+        Sigma = 1/(Sigmahat + 2 lambda~),   m = mhat Q0 Sigma,   q = (mhat^2 Q0 + qhat) Sigma^2.
+
+    The learned-spectrum parameters are (delta, eps, eta) = (sqrt(qhat)/mhat, nan, mhat Sigma): there is no
+    threshold eps, and the learned S is eta (S0 + delta Z)."""
+
+    def prior(self, hats):
+        qhat, mhat, shat = hats
+        width = shat + 2 * self.lam_t
+        if not (qhat >= 0 and mhat > 0 and width > 0 and math.isfinite(qhat) and math.isfinite(width)):
+            raise _OutOfDomain(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, "
+                               f"Sigmahat + 2 lambda~ = {width:.3g}")
+        Sigma = 1.0 / width
+        eta, Q0 = mhat * Sigma, self.law.Q0
+        return (Sigma, eta * Q0, (mhat * mhat * Q0 + qhat) * Sigma * Sigma), (math.sqrt(qhat) / mhat, NAN, eta), None
+
+
+def _point(fmap: DirectFixedPointMap, ev: _Evaluation, method: str, iterations: int, residual: float) -> SEPoint:
+    (Sigma, m, q), (qhat, mhat, shat), (delta, eps, eta) = ev.state, ev.hats, ev.prior
+    return SEPoint(alpha=fmap.alpha, lam=fmap.lam, Sigma=Sigma, m=m, q=q, Sigma_hat=shat, m_hat=mhat, q_hat=qhat,
+                   eta=eta, delta=delta, eps=eps, estimation_error=fmap.law.Q0 - 2 * m + q,
+                   train_loss=ev.channel_value.train_loss, test_error=fmap.channel.test_error(m, q),
+                   rank=_rank(fmap.law, delta), valid=True, iterations=iterations, residual=residual,
+                   prox_residual=ev.channel_value.prox_residual, method=method)
+
+
+def _rank(law: SpectralLaw, delta: float) -> float:
+    """The fraction of non-zero eigenvalues of eta (S0 + delta Z): 1 for delta > 0, 1 - mu0({0}) at delta = 0."""
+    return 1.0 if delta > 0 else 1.0 - sum(w for t, w in law.atoms if t == 0)
+
+
+# ---------------------------------------------------------------- solvers at one (alpha, lambda)
+
+def solve_direct(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None, jac=None,
+                 tol: float = 1e-7, max_evals: int = 40) -> tuple[SEPoint, np.ndarray]:
+    """The direct student's fixed point at (alpha, lambda) by newton_root on DirectFixedPointMap's residual,
+    from init = (Sigma, m, q) (default (1, Q0/2, Q0/2)); jac: a nearby point's Jacobian in y. lambda = 0 only
+    where Sigma stays finite (above alpha_interp^direct, or a channel finite there). Raises NotConverged."""
+    fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
+    y0 = fmap.to_y(init if init is not None else default_start(law))
+    try:
+        y, r, ev, jac, evals = newton_root(fmap.residual, y0, jac, tol=tol, max_evals=max_evals)
+    except (ValueError, ProxNotSolved) as e:  # the start itself is outside the domain
+        raise NotConverged(f"root finder: {type(e).__name__}: {e}") from e
+    return _point(fmap, ev, "newton", evals, float(np.max(np.abs(r)))), jac
+
+
+def solve_direct_damped(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None,
+                        damping: float = 0.3, tol: float = 1e-7, max_iter: int = 300) -> SEPoint:
+    """The fixed point by x <- (1 - damping) x + damping F(x) until every coordinate moves by less than tol
+    (relative). Raises NotConverged."""
+    fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
+    state = tuple(init) if init is not None else default_start(law)
+    residual = math.inf
+    for it in range(1, max_iter + 1):
+        try:
+            new = fmap(state).new
+        except (_OutOfDomain, ValueError) as e:
+            raise NotConverged(f"damped iteration {it}: {e}") from e
+        residual = max(abs(a - b) / max(abs(a), abs(b), 1e-300) for a, b in zip(state, new, strict=True))
+        state = tuple((1 - damping) * a + damping * b for a, b in zip(state, new, strict=True))
+        if not all(map(math.isfinite, state)):
+            raise NotConverged(f"damped iteration left the domain at iteration {it}: (Sigma, m, q) = {state}")
+        if residual < tol:
+            ev = fmap(state)
+            return _point(fmap, ev, "damped", it + 1, residual)
+    raise NotConverged(f"damped iteration: no convergence in {max_iter} iterations at alpha = {alpha:g}, "
+                       f"lambda = {lam:g}: residual {residual:.2e} > tol {tol:g}")
+
+
+def solve_direct_continued(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, inits=(), jac=None,
+                           log=None, tol: float = 1e-7, max_evals: int = 40) -> tuple[SEPoint, np.ndarray | None]:
+    """The direct fixed point at (alpha, lambda) by the first route that works:
+
+    1. solve_direct from each of `inits` (warm starts; jac the last Jacobian);
+    2. from the fixed point of the channel's quadratic surrogate (channel.surrogate(), when it has one);
+    3. below alpha_interp^direct, from the lambda -> 0+ closed form (Sigma = (1 - rho)/(2 lambda~); the
+       fixed point at small lambda is near it);
+    4. from the default start;
+    5. the damped iteration.
+
+    Returns (point, Jacobian or None); raises NotConverged naming every route's failure."""
+    errors = []
+    kw = dict(tol=tol, max_evals=max_evals)
+
+    def attempt(name, fn):
+        try:
+            return fn()
+        except (NotConverged, ProxNotSolved, ValueError) as e:
+            errors.append(f"{name}: {e}")
+            if log:
+                log(f"      {name} failed: {e}")
+            return None
+
+    for init in [i for i in inits if i is not None]:
+        found = attempt("warm start", lambda init=init: solve_direct(law, channel, alpha, lam, kappa, init, jac, **kw))
+        if found:
+            return found
+    if hasattr(channel, "surrogate"):
+        def from_surrogate():
+            quad = channel.surrogate()
+            start = solve_direct(law, quad, alpha, lam, kappa, **kw)[0]
+            return solve_direct(law, channel, alpha, lam, kappa, init=(start.Sigma, start.m, start.q), **kw)
+        found = attempt("from the quadratic surrogate's fixed point", from_surrogate)
+        if found:
+            return found
+    start = _limit_start(law, channel, alpha, math.sqrt(kappa) * lam)
+    if start is not None:
+        found = attempt("from the lambda -> 0+ closed form",
+                        lambda: solve_direct(law, channel, alpha, lam, kappa, init=start, **kw))
+        if found:
+            return found
+    found = attempt("from the default start", lambda: solve_direct(law, channel, alpha, lam, kappa, **kw))
+    if found:
+        return found
+    found = attempt("damped iteration", lambda: (solve_direct_damped(law, channel, alpha, lam, kappa, tol=tol), None))
+    if found:
+        return found
+    raise NotConverged("; ".join(errors))
+
+
+# ---------------------------------------------------------------- lambda -> 0+
+
+def measurements_per_sample(channel, T: int) -> int:
+    """n_meas: the independent linear measurements of S per sample that the channel's loss sees: the logit
+    differences n_u = (T^2 + T - 2)/2 (softmax, logit-difference channels), or the T (T + 1)/2 entries (linear)."""
+    if hasattr(channel, "coords"):
+        return channel.coords.n_u
+    if hasattr(channel, "G"):
+        return len(channel.G)
+    return len(entries(T)[0])
+
+
+def direct_interpolation_threshold(T: int, n_meas: int | None = None) -> float:
+    """alpha_interp^direct = 1/(2 n_meas) (n_meas default n_u = (T^2 + T - 2)/2: 1/(T^2 + T - 2)): where the
+    n n_meas constraints of the exact fit reach d^2/2, the dimension of symmetric d x d matrices (d(d + 1)/2 at
+    finite d, i.e. alpha = (1 + 1/d)/(2 n_meas))."""
+    n_meas = (T * T + T - 2) // 2 if n_meas is None else n_meas
+    if n_meas < 1:
+        raise ValueError(f"T = {T}: no measurement per sample")
+    return 1.0 / (2 * n_meas)
+
+
+@dataclass
+class DirectInterpolatingLimit:
+    rho: float      # 2 alpha n_meas: the fraction of the d^2/2 dimensions the constraints fix
+    m: float
+    q: float
+    eta: float
+    delta: float
+    lam_Sigma: float  # the limit of lambda~ Sigma: (1 - rho)/2
+
+
+def direct_interpolating_limit(law: SpectralLaw, alpha: float, Delta: float, n_meas: int,
+                               ratio: float = 1.0) -> DirectInterpolatingLimit:
+    """The lambda -> 0+ fixed point below alpha_interp^direct: the minimum-Frobenius-norm interpolator,
+
+        rho = 2 alpha n_meas < 1,   m = rho r Q0,   q = r^2 rho (Q0 + Delta/2 - rho Q0)/(1 - rho),
+        eta = rho r,   delta^2 = (r^2 (Q0 + Delta/2) - 2 r m + q)/(rho r^2),   lambda~ Sigma -> (1 - rho)/2.
+
+    Raises ValueError at or above the threshold (rho >= 1)."""
+    rho, Q0, r = 2 * alpha * n_meas, law.Q0, ratio
+    if not 0 < rho < 1:
+        raise ValueError(f"alpha = {alpha:g}: rho = 2 alpha n_meas = {rho:.6g} is not in (0, 1) (alpha_interp^direct "
+                         f"= {1 / (2 * n_meas):.6g})")
+    m = rho * r * Q0
+    q = r * r * rho * (Q0 + Delta / 2 - rho * Q0) / (1 - rho)
+    c = r * r * (Q0 + Delta / 2) - 2 * r * m + q
+    return DirectInterpolatingLimit(rho=rho, m=m, q=q, eta=rho * r, delta=math.sqrt(c / (rho * r * r)),
+                                    lam_Sigma=(1 - rho) / 2)
+
+
+def _channel_ratio(channel) -> float:
+    """r = beta0/beta of a channel (1 for the linear channel)."""
+    if hasattr(channel, "ratio"):
+        return float(channel.ratio)
+    if hasattr(channel, "beta0"):
+        return float(channel.beta0) / float(channel.beta)
+    return 1.0
+
+
+def _limit_start(law, channel, alpha, lam_t) -> tuple[float, float, float] | None:
+    """(Sigma, m, q) of the lambda -> 0+ closed form with Sigma = (1 - rho)/(2 lambda~), below the threshold
+    (None above it, or for a channel without T and Delta)."""
+    if not (hasattr(channel, "T") and hasattr(channel, "Delta")) or lam_t <= 0:
+        return None
+    n_meas = measurements_per_sample(channel, channel.T)
+    if not 2 * alpha * n_meas < 1:
+        return None
+    lim = direct_interpolating_limit(law, alpha, channel.Delta, n_meas, _channel_ratio(channel))
+    return (lim.lam_Sigma / lam_t, lim.m, lim.q)
+
+
+def _limit_row(law, channel, alpha, T, Delta, ratio, n_meas) -> dict:
+    """One lambda -> 0+ row at or below the threshold, or with Delta = 0 above it."""
+    base = dict(alpha=alpha, lam=0.0, Sigma=math.inf, Sigma_hat=NAN, m_hat=NAN, q_hat=NAN, eps=NAN, iterations=0,
+                residual=0.0, prox_residual=NAN, valid=True)
+    threshold = 1.0 / (2 * n_meas)
+    if alpha < threshold:
+        lim = direct_interpolating_limit(law, alpha, Delta, n_meas, ratio)
+        return {**base, "m": lim.m, "q": lim.q, "eta": lim.eta, "delta": lim.delta,
+                "estimation_error": law.Q0 - 2 * lim.m + lim.q, "train_loss": 0.0,
+                "test_error": channel.test_error(lim.m, lim.q), "rank": _rank(law, lim.delta),
+                "method": "interpolating_limit"}
+    if Delta == 0:  # S0 fits the labels; at and above the threshold it is the only interpolator: S = r S0
+        m, q = ratio * law.Q0, ratio * ratio * law.Q0
+        return {**base, "m": m, "q": q, "eta": ratio, "delta": 0.0, "estimation_error": law.Q0 - 2 * m + q,
+                "train_loss": 0.0, "test_error": channel.test_error(m, q), "rank": _rank(law, 0.0),
+                "method": "perfect_recovery"}
+    raise NotConverged(f"alpha = {alpha:g} is alpha_interp^direct = {threshold:.6g} with Delta = {Delta:g} > 0: the "
+                       "minimum-norm interpolator's norm diverges there (q ~ 1/(1 - rho)); no finite limit")
+
+
+# ---------------------------------------------------------------- a curve in alpha
+
+def direct_state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: float, T: int, Delta: float,
+                                 ratio: float = 1.0, log=None, tol: float = 1e-7, max_evals: int = 40) -> list[dict]:
+    """The direct student's fixed point at every alpha, one row each (SEPoint's fields, converged, reason,
+    seconds, channel_evaluations), in ascending alpha.
+
+    lambda > 0: solve_direct_continued in ascending alpha, each point started from the previous ones (y
+    extrapolated linearly in alpha) with the last Jacobian. lambda = 0 means lambda -> 0+: below
+    alpha_interp^direct the minimum-Frobenius-norm interpolator in closed form (method "interpolating_limit");
+    at the threshold (Delta > 0) a failed row (no finite limit); above it, with Delta = 0, S = r S0
+    ("perfect_recovery"), with Delta > 0 the fixed point at lambda = 0 (method "lambda_zero"), solved from the
+    largest alpha down (Sigma grows without bound as alpha -> alpha_interp+), each from its neighbours above,
+    the first from the channel's surrogate or down a lambda path 1e-2 ... 1e-6. ratio = beta0/beta."""
+    n_meas = measurements_per_sample(channel, T)
+    threshold = 1.0 / (2 * n_meas)
+    alphas = sorted(float(a) for a in alphas)
+    if lam == 0:
+        order = [a for a in alphas if a <= threshold or Delta == 0] + sorted(
+            (a for a in alphas if a > threshold and Delta > 0), reverse=True)
+    else:
+        order = alphas
+    rows, solved, jac = [], [], None
+    kw = dict(tol=tol, max_evals=max_evals)
+    for alpha in order:
+        t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
+        try:
+            if lam == 0 and (alpha <= threshold or Delta == 0):
+                row = _limit_row(law, channel, alpha, T, Delta, ratio, n_meas)
+            else:
+                fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
+                inits = [fmap.from_y(y) for y in (_extrapolated(solved, alpha), solved[-1][1] if solved else None)
+                         if y is not None and np.all(np.abs(y) < 50)]
+                if lam == 0:
+                    p, jac = _solve_at_zero(law, channel, alpha, kappa, inits, jac, log, **kw)
+                else:
+                    p, jac = solve_direct_continued(law, channel, alpha, lam, kappa, inits=inits, jac=jac, log=log,
+                                                    **kw)
+                row = p.row()
+                solved.append((alpha, fmap.to_y((p.Sigma, p.m, p.q))))
+            reason = ""
+        except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
+            row, reason, jac = {"alpha": alpha, "lam": lam, "method": "failed"}, f"{type(e).__name__}: {e}", None
+        row.update(converged=not reason, reason=reason, seconds=time.perf_counter() - t0,
+                   channel_evaluations=getattr(channel, "evaluations", 0) - calls0)
+        rows.append(row)
+        if log:
+            log(f"    direct: alpha = {alpha:g}, lambda = {lam:g}: {row['method'] if not reason else 'FAILED'}"
+                + (f" ({reason})" if reason else "") + f", {row['seconds']:.1f}s")
+    return sorted(rows, key=lambda r: r["alpha"])
+
+
+ZERO_PATH = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+
+
+def _solve_at_zero(law, channel, alpha, kappa, inits, jac, log, **kw):
+    """lambda = 0 above alpha_interp^direct: warm starts, then the surrogate's lambda = 0 fixed point, then the
+    lambda path ZERO_PATH (each from the last), then lambda = 0 from the last. Method "lambda_zero"."""
+    errors = []
+
+    def attempt(name, fn):
+        try:
+            p, j = fn()
+            p.method = "lambda_zero"
+            return p, j
+        except (NotConverged, ProxNotSolved, ValueError) as e:
+            errors.append(f"{name}: {e}")
+            if log:
+                log(f"      {name} failed: {e}")
+            return None
+
+    for init in inits:
+        found = attempt("warm start", lambda init=init: solve_direct(law, channel, alpha, 0.0, kappa, init, jac, **kw))
+        if found:
+            return found
+    if hasattr(channel, "surrogate"):
+        def from_surrogate():
+            s = solve_direct(law, channel.surrogate(), alpha, 0.0, kappa, **kw)[0]
+            return solve_direct(law, channel, alpha, 0.0, kappa, init=(s.Sigma, s.m, s.q), **kw)
+        found = attempt("from the quadratic surrogate's lambda = 0 fixed point", from_surrogate)
+        if found:
+            return found
+
+    def down_the_path():
+        p, j = solve_direct_continued(law, channel, alpha, ZERO_PATH[0], kappa, **kw)
+        for lam in ZERO_PATH[1:]:
+            p, j = solve_direct(law, channel, alpha, lam, kappa, init=(p.Sigma, p.m, p.q), **kw)
+        return solve_direct(law, channel, alpha, 0.0, kappa, init=(p.Sigma, p.m, p.q), **kw)
+    found = attempt(f"lambda path {ZERO_PATH[0]:g} ... {ZERO_PATH[-1]:g}, then 0", down_the_path)
+    if found:
+        return found
+    raise NotConverged("; ".join(errors))
+
+
+def direct_state_evolution(alphas: Sequence[float], lam: float, *, kappa: float = 1.0, T: int = 2,
+                           Delta: float = 0.5, target: str = "wishart", kappa0: float = 0.5, d: int | None = None,
+                           gamma: float = 1.0, beta: float = 1.0, beta0: float = 1.0, rule: str = "sobol",
+                           points: int = 14, seed: int = 0, tol: float = 1e-6, max_evals: int = 40,
+                           resolution: float = 0.0, law: SpectralLaw | None = None,
+                           log: Callable[[str], None] | None = None) -> list[dict]:
+    """The direct student's state evolution at every alpha, in the papers' parameters (as
+    erm_curve.erm_state_evolution for the factorized one): one row per alpha with test_error, train_loss,
+    estimation_error, (eta, delta) of the learned spectrum eta (S0 + delta Z), converged and reason; lam = 0 is
+    the lambda -> 0+ limit (direct_state_evolution_curve). law: mu0 itself, in place of target's (e.g. the
+    spectrum of one drawn S0; the direct student's state evolution sees mu0 only through Q0).
+
+        rows = direct_state_evolution([0.1, 0.2, 0.3], lam=0.1, kappa=0.5, kappa0=0.5, T=2, Delta=0.5)
+    """
+    from attnrepro.theory.erm_curve import softmax_channel
+    from attnrepro.theory.spectral_laws import target_law
+
+    law = law if law is not None else target_law(target, d, kappa0, gamma, resolution=resolution)
+    channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)
+    return direct_state_evolution_curve(law, channel, alphas, float(lam), float(kappa), int(T), float(Delta),
+                                        float(beta0) / float(beta), log=log, tol=tol, max_evals=max_evals)
+
+
+# ---------------------------------------------------------------- the learned spectrum
+
+@dataclass(frozen=True)
+class DirectLearnedSpectrum:
+    """The law of the direct student's eigenvalues, eta (S0 + delta Z): y = eta x, x ~ mu0 [+] sc(delta)."""
+
+    law: SpectralLaw
+    eta: float
+    delta: float
+    nodes: int = 200
+
+    @property
+    def mu(self) -> FreeConvolution:
+        return FreeConvolution(self.law, self.delta, self.nodes)
+
+    def density(self, y) -> np.ndarray:
+        """p(y) = p_delta(y/eta)/eta."""
+        return self.mu.density(np.asarray(y, float) / self.eta) / self.eta
+
+    def cdf(self, y) -> np.ndarray:
+        return self.mu.cdf(np.asarray(y, float) / self.eta)
+
+    def quantile(self, q) -> np.ndarray:
+        return self.eta * self.mu.quantile(q)
+
+
+# ---------------------------------------------------------------- optimal lambda
+
+class _AlongLambda:
+    """The state evolution of one student at one alpha as a function of log lambda, each solve warm-started from
+    the nearest solved lambda; rows cached by log lambda."""
+
+    def __init__(self, model: str, law, channel, alpha: float, kappa: float, tol: float, max_evals: int, nodes: int,
+                 require_valid: bool, log=None):
+        self.model, self.law, self.channel, self.alpha, self.kappa = model, law, channel, alpha, kappa
+        self.tol, self.max_evals, self.nodes, self.require_valid, self.log = tol, max_evals, nodes, require_valid, log
+        self.rows: dict[float, dict] = {}
+        self.jacs: dict[float, np.ndarray] = {}
+
+    def _map(self, lam):
+        cls = DirectFixedPointMap if self.model == "direct" else FixedPointMap
+        return cls(self.law, self.channel, self.alpha, lam, self.kappa, self.nodes)
+
+    def row(self, log_lam: float) -> dict:
+        if log_lam in self.rows:
+            return self.rows[log_lam]
+        from attnrepro.theory import state_evolution as se
+
+        lam = math.exp(log_lam)
+        near = sorted((k for k, r in self.rows.items() if r["converged"] and r["method"] in ("newton", "damped")),
+                      key=lambda k: abs(k - log_lam))[:1]
+        inits, jac = [], None
+        for k in near:  # hold lambda~ Sigma (Sigma ~ 1/lambda where the fit interpolates), then Sigma
+            r = self.rows[k]
+            inits += [self._map(lam).from_y(self._map(math.exp(k)).to_y((r["Sigma"], r["m"], r["q"]))),
+                      (r["Sigma"], r["m"], r["q"])]
+            jac = self.jacs.get(k)
+        t0 = time.perf_counter()
+        try:
+            if self.model == "direct":
+                p, jac = solve_direct_continued(self.law, self.channel, self.alpha, lam, self.kappa, inits=inits,
+                                                jac=jac, tol=self.tol, max_evals=self.max_evals)
+            else:
+                p, jac = se.solve_continued(self.law, self.channel, self.alpha, lam, self.kappa, inits=inits, jac=jac,
+                                            tol=self.tol, max_evals=self.max_evals, nodes=self.nodes)
+            row = {**p.row(), "converged": True, "reason": ""}
+        except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
+            row = {"alpha": self.alpha, "lam": lam, "method": "failed", "converged": False,
+                   "reason": f"{type(e).__name__}: {e}"}
+        row["seconds"] = time.perf_counter() - t0
+        self.rows[log_lam] = row
+        if jac is not None:
+            self.jacs[log_lam] = jac
+        if self.log:
+            self.log(f"      {self.model}: alpha = {self.alpha:g}, lambda = {lam:.4g}: "
+                     + (f"test error {row['test_error']:.6f}" if row["converged"] else f"FAILED ({row['reason']})")
+                     + ("" if not row["converged"] or row.get("valid", True) else " (invalid: kappa < rank)"))
+        return row
+
+    def objective(self, log_lam: float) -> float:
+        """The test error at lambda = exp(log_lam); +inf where the solve failed (or, with require_valid, where the
+        factorized state evolution is not valid: kappa < rank)."""
+        r = self.row(log_lam)
+        if not r["converged"] or (self.require_valid and not r.get("valid", True)):
+            return math.inf
+        return float(r["test_error"])
+
+
+def _minimise(f, lo: float, hi: float, centre: float, width: float, xatol: float):
+    """A minimiser of f on [lo, hi], searched from centre: evaluate centre +- width; walk downhill in steps that
+    double until the value rises (or a bound is reached), then Brent's bounded method inside the bracket.
+    Returns (x, bracket (a, b))."""
+    from scipy.optimize import minimize_scalar
+
+    c = min(max(centre, lo), hi)
+    a, b = max(c - width, lo), min(c + width, hi)
+    fa, fc, fb = f(a), f(c), f(b)
+    step = width
+    while fa < fc and a > lo:  # downhill to the left
+        b, fb, c, fc = c, fc, a, fa
+        step *= 2
+        a = max(c - step, lo)
+        fa = f(a)
+    while fb < fc and b < hi:  # downhill to the right
+        a, fa, c, fc = c, fc, b, fb
+        step *= 2
+        b = min(c + step, hi)
+        fb = f(b)
+    if fa < fc or fb < fc:  # the minimum is at a bound
+        x = a if fa <= fb else b
+        return x, (a, b)
+    res = minimize_scalar(f, bounds=(a, b), method="bounded", options={"xatol": xatol})
+    x = float(res.x) if f(float(res.x)) <= fc else c
+    return x, (a, b)
+
+
+def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 1.0, T: int = 2, Delta: float = 0.5,
+                         target: str = "wishart", kappa0: float = 0.5, d: int | None = None, gamma: float = 1.0,
+                         beta: float = 1.0, beta0: float = 1.0, rule: str = "sobol", points: int = 12, seed: int = 0,
+                         tol: float = 1e-7, max_evals: int = 40, nodes: int = 200,
+                         lam_bounds: tuple[float, float] = (1e-4, 30.0), start_lam: float = 0.1, width: float = 0.5,
+                         xatol: float = 0.02, require_valid: bool = True,
+                         log: Callable[[str], None] | None = None) -> list[dict]:
+    """The state evolution at the lambda that minimises its test error, for each alpha (ascending), for
+    model = "factorized" (state_evolution: weight decay on W) or "direct" (this module: Frobenius on S):
+
+        lambda*(alpha) = argmin over log lambda in log(lam_bounds) of test_error(alpha, lambda),
+
+    searched around the previous alpha's log lambda* (the first around start_lam) within +- width, walking
+    downhill until bracketed, then Brent's bounded method to xatol in log lambda (_minimise); each solve is
+    warm-started from the nearest solved lambda at the same alpha. With require_valid (factorized), points whose
+    state evolution is not valid (kappa < rank: the student of width kappa d cannot hold the learned S) count as
+    +inf. One row per alpha: the state-evolution row at lambda* (test_error, train_loss, estimation_error, ...),
+    lam_star, at_bound (lambda* at a bound of lam_bounds: the minimum may lie beyond), the bracket, the lambdas
+    solved (lams, test_errors), validity_bound (with require_valid: a solved lambda next to lambda* is invalid and
+    has a lower test error, so lambda* is the edge of the valid region, rank = kappa, not an interior minimum of
+    the state evolution), failures (solves that did not converge; a failure inside the final bracket makes the
+    row unconverged), converged and reason."""
+    from attnrepro.theory.erm_curve import softmax_channel
+    from attnrepro.theory.spectral_laws import target_law
+
+    if model not in ("factorized", "direct"):
+        raise ValueError(f"model must be 'factorized' or 'direct', got {model!r}")
+    law = target_law(target, d, kappa0, gamma)
+    channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)
+    lo, hi = math.log(lam_bounds[0]), math.log(lam_bounds[1])
+    centre, rows = math.log(start_lam), []
+    for alpha in sorted(float(a) for a in alphas):
+        t0 = time.perf_counter()
+        along = _AlongLambda(model, law, channel, alpha, kappa, tol, max_evals, nodes,
+                             require_valid and model == "factorized", log)
+        x, (a, b) = _minimise(along.objective, lo, hi, centre, width, xatol)
+        best = along.rows[x]
+        failed = {k: r for k, r in along.rows.items() if not r["converged"]}
+        inside = [k for k in failed if a <= k <= b]
+        reason = ""
+        if not math.isfinite(along.objective(x)):
+            reason = "no lambda solved: " + "; ".join(f"lambda = {math.exp(k):.3g}: {r['reason']}"
+                                                      for k, r in sorted(failed.items()))
+        elif inside:
+            reason = "solves failed inside the final bracket: " + "; ".join(
+                f"lambda = {math.exp(k):.3g}: {failed[k]['reason']}" for k in sorted(inside))
+        solved = sorted(along.rows.items())
+        at = [k for k, _ in solved].index(x)
+        edge = [r for _, r in solved[max(at - 1, 0):at + 2] if r["converged"] and not r.get("valid", True)
+                and r["test_error"] < best.get("test_error", math.inf)]
+        row = {**{k: v for k, v in best.items() if k not in ("converged", "reason", "seconds")},
+               "alpha": alpha, "model": model, "lam_star": math.exp(x),
+               "at_bound": bool(min(x - lo, hi - x) <= 2 * xatol), "bracket": (math.exp(a), math.exp(b)),
+               "lams": [math.exp(k) for k, _ in solved],
+               "test_errors": [r.get("test_error", NAN) if r["converged"] else NAN for _, r in solved],
+               "validity_bound": bool(edge), "failures": len(failed), "converged": not reason, "reason": reason,
+               "seconds": time.perf_counter() - t0}
+        rows.append(row)
+        if not reason:
+            centre = x
+        if log:
+            log(f"  {model}: alpha = {alpha:g}: lambda* = {math.exp(x):.4g}, test error "
+                f"{row.get('test_error', NAN):.6f}" + (f" FAILED ({reason})" if reason else "")
+                + f", {len(solved)} solves, {row['seconds']:.1f}s")
+    return rows
