@@ -15,17 +15,19 @@ from attnrepro.jobs.records import CorruptRecord, scan
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "pipelines" / "train.py"
 
-# pipelines/train.py with every job slowed by argv[1] seconds (before its training starts),
-# so that a test can kill a sweep between its first record and its last.
-SLOW_TRAIN = """
+# pipelines/train.py whose first job runs and every later one waits for ever (before its training starts),
+# so that a test can kill a sweep with exactly one record written, however busy the machine.
+GATED_TRAIN = """
 import runpy, sys, time
 import attnrepro.jobs.fit as fit_module
-delay, real_fit = float(sys.argv[1]), fit_module.fit
-def slow_fit(*args, **kwargs):
-    time.sleep(delay)
+real_fit, calls = fit_module.fit, []
+def gated_fit(*args, **kwargs):
+    calls.append(1)
+    while len(calls) > 1:
+        time.sleep(60)
     return real_fit(*args, **kwargs)
-fit_module.fit = slow_fit
-sys.argv = sys.argv[2:]
+fit_module.fit = gated_fit
+sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -61,11 +63,11 @@ def run_cli(outputs: Path, command: str, *args: str, env: dict | None = None,
                           env=train_env(outputs, **(env or {})), timeout=timeout)
 
 
-def train_cmd(*overrides: str, multirun: bool = True, slow_s: float = 0.0) -> list[str]:
-    """The command line of pipelines/train.py (-m unless multirun=False), optionally slowed."""
+def train_cmd(*overrides: str, multirun: bool = True, gated: bool = False) -> list[str]:
+    """The command line of pipelines/train.py (-m unless multirun=False); gated: only its first job runs."""
     args = [*(["-m"] if multirun else []), *overrides]
-    if slow_s:
-        return [sys.executable, "-c", SLOW_TRAIN, str(slow_s), str(TRAIN), *args]
+    if gated:
+        return [sys.executable, "-c", GATED_TRAIN, str(TRAIN), *args]
     return [sys.executable, str(TRAIN), *args]
 
 
@@ -76,12 +78,12 @@ def run_train(outputs: Path, *overrides: str, multirun: bool = True, env: dict |
                           env=train_env(outputs, **(env or {})), timeout=timeout)
 
 
-def start_train(outputs: Path, *overrides: str, multirun: bool = True, slow_s: float = 0.0,
+def start_train(outputs: Path, *overrides: str, multirun: bool = True, gated: bool = False,
                 env: dict | None = None) -> subprocess.Popen:
     """Start pipelines/train.py without waiting; its output goes to a log file beside outputs."""
     outputs.mkdir(parents=True, exist_ok=True)
     log = open(outputs.parent / f".{outputs.name}-{time.monotonic_ns()}.log", "w")
-    proc = subprocess.Popen(train_cmd(*overrides, multirun=multirun, slow_s=slow_s), cwd=ROOT, text=True,
+    proc = subprocess.Popen(train_cmd(*overrides, multirun=multirun, gated=gated), cwd=ROOT, text=True,
                             env=train_env(outputs, **(env or {})), stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = Path(log.name)  # type: ignore[attr-defined]
     log.close()

@@ -47,7 +47,8 @@ STOPPING_CASES = {  # float64, each seed stopping on its own test at its own ste
 }
 
 
-@pytest.mark.parametrize("case", list(STOPPING_CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.startswith("Adam") else c
+                                  for c in STOPPING_CASES])  # Adam's freezing is SGD's code path: slow only
 def test_a_seed_stops_alone_as_among_others(job_config, case):
     """Under every optimiser and with early stopping, seed r of a 4-seed job ends where seed r alone
     ends (to 1e-10), with the same stop reason and step: each seed has its own L-BFGS history and line
@@ -252,3 +253,26 @@ def test_a_trained_run_has_a_stopping_test_or_says_its_steps_are_the_protocol(ov
     """tol_grad > 0, or train.fixed_steps=true (paper A's one step), one or the other: named in the error."""
     with pytest.raises(ConfigError, match=r"train\.tol_grad.*fixed_steps"):
         validate(compose(["experiment=tied_spectra", *overrides]))
+
+
+def test_the_hydra_internals_the_grid_sweeper_uses():
+    """The grid sweeper leans on Hydra 1.3 (pinned in pyproject.toml: hydra-core>=1.3.4,<1.4) in four places:
+    it subclasses BasicSweeper (its __init__(max_batch_size, params) and setup() giving config, launcher and
+    hydra_context), recognises the BasicLauncher to run jobs in its own process, and composes each job with
+    the config loader's load_sweep_config. A Hydra that changes one of them fails here, by name."""
+    import inspect
+
+    import hydra
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    from hydra_plugins.attnrepro_grid_sweeper.grid_sweeper import GridSweeper
+
+    assert hydra.__version__.startswith("1.3.")
+    assert list(inspect.signature(BasicSweeper.__init__).parameters)[1:3] == ["max_batch_size", "params"]
+    setup = inspect.getsource(BasicSweeper.setup)
+    assert all(f"self.{name} =" in setup for name in ("config", "launcher", "hydra_context"))
+    assert list(inspect.signature(ConfigLoaderImpl.load_sweep_config).parameters)[1:] == ["master_config",
+                                                                                       "sweep_overrides"]
+    assert issubclass(GridSweeper, BasicSweeper) and inspect.isclass(BasicLauncher)

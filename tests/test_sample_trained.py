@@ -3,6 +3,7 @@ per optimiser, and the sample-complexity claims on synthetic tables with a known
 
 import math
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -69,6 +70,9 @@ def test_step_size_unit_applies_to_sgd_only_and_test_error_is_measured(train, un
     assert out["share_p"].min() > 0.99 and out["share_tilde_q"].min() > 0.99
 
 
+LAW_CLAIMS = ("n50_d2_over_m_flat", "n50_d_log_d")  # this project's d^2/m law, not the paper's
+
+
 def _synthetic(exponents: dict[str, float], ds=(32, 64, 128, 256), seeds=40) -> pd.DataFrame:
     """Success of seed s at n exactly when n >= c_s d^a (c_s spread over seeds): n_50 ~ d^a."""
     rows, ratios = [], 2.0 ** np.arange(-2, 12)
@@ -77,9 +81,9 @@ def _synthetic(exponents: dict[str, float], ds=(32, 64, 128, 256), seeds=40) -> 
         for d in ds:
             for n in np.unique(np.ceil(ratios * d ** a / 8)):
                 for s in range(seeds):
-                    rows.append({"protocol": protocol, "task.d": d, F.N: n, "key": f"{protocol}{d}{n}",
-                                 "replica": s, "success": n >= 2 * c[s] * d ** a, "finished": True,
-                                 "stop": "converged"})
+                    rows.append({"protocol": protocol, "arm": F.POLYLOG, "m": math.ceil(math.log2(d) ** 2),
+                                 "task.d": d, F.N: n, "key": f"{protocol}{d}{n}", "replica": s,
+                                 "success": n >= 2 * c[s] * d ** a, "finished": True, "stop": "converged"})
     df = pd.DataFrame(rows)
     df["success_test"] = df["success"]
     return df
@@ -94,6 +98,7 @@ def test_sample_complexity_claims_follow_the_exponent():
         c = common.read_crossings(est, F._curve(p, "success"), F.N, F.LEVEL)
         assert c.fits["power"][0].slope == pytest.approx(a, abs=0.1)
     held = {c.id.split("/", 1)[1]: c.holds for c in F.claims(t, est)}
+    held = {k: v for k, v in held.items() if not k.startswith(LAW_CLAIMS)}  # tested below on their own laws
     assert all(held.values()), held
     t = _synthetic({"one_step": 2.0, "xor_gd": 1.8, "xor_adam": 1.0})
     held = {c.id.split("/", 1)[1]: c.holds for c in F.claims(t, F.estimates(t))}
@@ -112,3 +117,131 @@ def test_a_cell_with_many_unfinished_seeds_leaves_the_exponent_unconfirmed():
     gd = held["n50_exponent_trained/optimizer=GD,success=success"]
     assert not gd.holds and "not confirmed" in gd.detail and "5 seeds left out (step cap)" in gd.detail
     assert held["n50_exponent_trained/optimizer=Adam,success=success"].holds
+
+
+def polylog_width(d):
+    return math.ceil(math.log2(d) ** 2)
+
+
+def _law_table(laws, ds=(32, 64, 128, 256, 512, 1024), seeds=60, spread=0.5, step=2**0.5) -> pd.DataFrame:
+    """laws: (protocol, arm) -> (n_50(d), m(d)). Seed s succeeds at n exactly when n >= c_s n_50(d), ln c_s
+    spread evenly over [-spread, spread] (half the seeds at or below 1), on the grid n = n_50(d) step^j,
+    |j| <= 6: the rate is exactly 1/2 at n = n_50(d), so the crossing is n_50(d) by construction."""
+    rows = []
+    c = np.exp(np.linspace(-spread, spread, seeds))
+    for (protocol, arm), (law, width) in laws.items():
+        for d in ds:
+            for j in range(-6, 7):
+                n = law(d) * step**j
+                for s in range(seeds):
+                    rows.append({"protocol": protocol, "arm": arm, "m": width(d), "task.d": d, F.N: n,
+                                 "key": f"{protocol}/{arm}/{d}/{j}", "replica": s, "success": n >= c[s] * law(d),
+                                 "finished": True, "stop": "converged"})
+    df = pd.DataFrame(rows)
+    df["success_test"] = df["success"]
+    return df
+
+
+D2_OVER_M = (lambda d: 0.7 * d**2 / polylog_width(d), polylog_width)  # this project's law at the paper's width
+D_LOG_D = (lambda d: 0.3 * d * math.log(d), lambda d: d)              # and at m = d
+LAWS = {("one_step", F.POLYLOG): (lambda d: 2.0 * d**2, polylog_width),
+        ("xor_gd", F.POLYLOG): D2_OVER_M, ("xor_adam", F.POLYLOG): D2_OVER_M, ("xor_adam", F.M_EQ_D): D_LOG_D}
+GD_FLAT, ADAM_FLAT = "n50_d2_over_m_flat/optimizer=GD", "n50_d2_over_m_flat/optimizer=Adam"
+M_EQ_D = "n50_d_log_d/optimizer=Adam,width=m=d"
+
+
+def _claims(laws) -> dict:
+    t = _law_table(laws)
+    est = F.estimates(t)
+    return {c.id.split("/", 1)[1]: c for c in F.claims(t, est)}, est
+
+
+def test_the_d2_over_m_and_d_log_d_claims_hold_on_their_laws():
+    """n_50 = 0.7 d^2/m at m = ceil(log2(d)^2) and 0.3 d ln d at m = d exactly: the crossings are the laws, the
+    exponents of n_50 m/d^2 and n_50/(d ln d) are 0 with CIs around 0, and the claims hold."""
+    held, est = _claims(LAWS)
+    c = common.read_crossings(est, F._curve("xor_gd", "success"), F.N, F.LEVEL)
+    assert c.point == pytest.approx([D2_OVER_M[0](d) for d in c.groups], rel=1e-9)
+    assert c.fits["d2_over_m"][0].slope == pytest.approx(0, abs=0.01)
+    c = common.read_crossings(est, F._curve("xor_adam", "success", F.M_EQ_D), F.N, F.LEVEL)
+    assert c.point == pytest.approx([D_LOG_D[0](d) for d in c.groups], rel=1e-9)
+    assert c.fits["d_log_d"][0].slope == pytest.approx(0, abs=0.01)
+    assert c.fits["d2_over_m"][0].slope == pytest.approx(0.2, abs=0.03)  # n m/d^2 = 0.3 ln d at m = d
+    assert F.per_d2_over_m(est, F._curve("xor_adam", "success", F.M_EQ_D)).point == pytest.approx(
+        [0.3 * math.log(d) for d in c.groups], rel=1e-9)
+    for key in (GD_FLAT, ADAM_FLAT, M_EQ_D):
+        assert held[key].holds, held[key]
+        assert "this project's" in held[key].claim and "not the paper's statement" in held[key].claim
+    assert "excludes it" in held[GD_FLAT].detail  # the paper's n ~ d (c about -0.6) is told apart
+    fig = F.plot(_law_table(LAWS, ds=(32, 64), seeds=8), est)  # the figure draws both arms
+    assert fig.axes[-1].get_ylabel() == "n_50 · m / d²" and len(fig.axes[-1].lines) >= 3
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("law,fails,holds", [
+    ((lambda d: 4.0 * d, polylog_width), GD_FLAT, ADAM_FLAT),               # the paper's linear law at m = polylog
+    ((lambda d: 0.05 * d**2, polylog_width), GD_FLAT, ADAM_FLAT),           # n ~ d^2, m ignored
+])
+def test_the_d2_over_m_claim_fails_when_the_law_changes(law, fails, holds):
+    held, _ = _claims({**LAWS, ("xor_gd", F.POLYLOG): law})
+    assert not held[fails].holds and held[holds].holds and held[M_EQ_D].holds
+
+
+@pytest.mark.parametrize("law", [lambda d: 0.7 * d, lambda d: 0.1 * d**1.5, lambda d: 0.01 * d**2])
+def test_the_d_log_d_claim_fails_when_the_law_changes(law):
+    """At m = d: n ~ d (d^2/m without the log), d^1.5 and d^2 all fail the d log d claim."""
+    held, _ = _claims({**LAWS, ("xor_adam", F.M_EQ_D): (law, lambda d: d)})
+    assert not held[M_EQ_D].holds and held[GD_FLAT].holds and held[ADAM_FLAT].holds
+
+
+def test_the_law_claims_count_unfinished_seeds_of_their_own_arm():
+    """12 of 60 seeds of one m = d cell did not finish: the d log d claim is not confirmed, the polylog arm's
+    claims (whose cells all finished) still hold."""
+    t = _law_table(LAWS)
+    cell = t[(t["arm"] == F.M_EQ_D) & (t["task.d"] == 64)]
+    hit = cell[cell[F.N] == cell[F.N].min()].index[:12]
+    t.loc[hit, ["finished", "stop"]] = [False, "step cap"]
+    held = {c.id.split("/", 1)[1]: c for c in F.claims(t, F.estimates(t))}
+    assert not held[M_EQ_D].holds and "12 seeds left out (step cap)" in held[M_EQ_D].detail
+    assert held[ADAM_FLAT].holds and held[GD_FLAT].holds
+
+
+def test_table_assigns_the_width_arm_from_model_m():
+    from attnrepro.report.tables import ExperimentData
+
+    final = pd.DataFrame({"key": ["a", "b", "c"], "replica": 0, "seed": 0, "train.name": "xor_adam",
+                          "task.d": [64, 64, 64], "task.n": None, "n": [128, 128, 128], "m": [36, 64, 7],
+                          "model.m": [None, 64, 7], "loss": [0.0, 0.5, 0.0], "train_loss": 0.0,
+                          "test_error": 0.0, "stop": "converged"})
+    empty = pd.DataFrame()
+    t = F.table({F.TRAINED: ExperimentData(F.TRAINED, final, empty, empty)})
+    assert t["arm"].tolist() == [F.POLYLOG, F.M_EQ_D, "other"]
+    assert t["success"].tolist() == [True, False, True]
+
+
+def test_the_m_equals_d_arm_is_m_set_to_d_and_leaves_the_polylog_jobs_as_they_were():
+    """The trained sweep's m = d part sets model.m to ${task.d}, resolved per job (the key holds the number:
+    the same job as model.m=64 at d = 64); its other parts leave model.m unset (m = ceil(log2(d)^2), the keys
+    of the earlier runs). Every quick job is a paper job; the paper grid reaches 32 d at the polylog width
+    from d = 512 on."""
+    from attnrepro.jobs.grid import grid_points, product, profile_grid
+    from attnrepro.jobs.training import job_key
+
+    base = ["experiment=xor_sample_complexity_trained", "train=xor_adam", "task.d=64", "task.n_per_d=2"]
+    by_interpolation, by_number = compose([*base, "model.m=${task.d}"]), compose([*base, "model.m=64"])
+    assert validate(by_interpolation).model.width(64) == 64
+    assert job_key(by_interpolation) == job_key(by_number)
+    assert validate(compose(base)).model.width(64) == 36
+    with pytest.raises(ConfigError, match="model.m"):
+        validate(compose([*base, "model.m=0"]))
+    cfg = compose(["experiment=xor_sample_complexity_trained"])
+    points = {p: product(profile_grid(cfg, p)) for p in ("smoke", "quick", "paper")}
+    for p, pts in points.items():
+        fixed = [pt for pt in pts if "model.m" in pt]
+        assert fixed and all(pt["model.m"] == "${task.d}" and pt["train"] == "xor_adam" for pt in fixed), p
+        assert {pt["train"] for pt in pts if "model.m" not in pt} == {"xor_gd", "xor_adam"}, p
+    tag = lambda pt: tuple(sorted((k, str(v)) for k, v in pt.items()))  # noqa: E731
+    assert {tag(pt) for pt in points["quick"]} <= {tag(pt) for pt in points["paper"]}
+    assert {pt["task.d"] for pt in points["paper"] if "model.m" not in pt and pt["task.n_per_d"] == 32} == {512, 1024}
+    assert max(pt["task.d"] for pt in points["paper"] if "model.m" in pt) == 1024
+    assert any("model.m=${task.d}" in ov for ov in grid_points("xor_sample_complexity_trained", "smoke"))

@@ -29,6 +29,8 @@ SWEEP = [f"experiment={EXPERIMENT}", "profile=smoke"]
 LAUNCHER = {"cpus_per_task": 1, "mem_gb": 1, "timeout_min": 10}
 SLURM = ["hydra/launcher=slurm", *(f"hydra.launcher.{k}={v}" for k, v in LAUNCHER.items())]
 ONE_JOB_A_TASK = ["hydra.sweeper.job_seconds=600", "hydra.sweeper.task_minutes=5"]  # 4 tasks of 1 job
+TWO_TASKS = ["hydra.sweeper.job_seconds=120", "hydra.sweeper.task_minutes=5", "hydra.launcher.cpus_per_task=2"]
+# ... 2 tasks of 2 jobs, one at a time on the 2-CPU node: the second waits while the first runs
 SWEEP_TIMEOUT_S = 300  # a subprocess limit; the sweep's own wait ends when the tasks do
 
 # Record fields that differ between two runs of the same jobs by nature: when the job started (a
@@ -165,39 +167,39 @@ def test_rerun_of_a_finished_slurm_sweep_submits_nothing(slurm_sweep):
     assert valid_records(outputs, EXPERIMENT) == records
 
 
-def test_a_rerun_attaches_and_a_cancelled_task_leaves_only_its_job_missing(slurm_cluster, tmp_path):
-    """4 tasks of one job each. A second sweep started while the array runs submits nothing: it waits for
-    that array ("already in live arrays"). Task 3 is cancelled (scancel) while it waits: both sweeps' waits
-    end within 60 s of the last task, exit 1, naming that task and its job as missing; the next sweep
-    submits that one job only, and ends with every record complete."""
+def test_a_rerun_attaches_and_a_cancelled_task_leaves_only_its_jobs_missing(slurm_cluster, tmp_path):
+    """2 tasks of 2 jobs, one running at a time. A second sweep started while the array runs submits nothing:
+    it waits for that array ("already in live arrays"). Task 1 is cancelled (scancel) while it waits: both
+    sweeps' waits end within 60 s of the other task, exit 1, naming that task and its jobs as missing; the
+    next sweep submits those two jobs only, and ends with every record complete."""
     outputs = tmp_path / "outputs"
-    first = start_sweep(outputs, *ONE_JOB_A_TASK)
+    first = start_sweep(outputs, *TWO_TASKS)
     second = None
     try:
         wait_until(lambda: slurm.submissions(outputs), timeout=120)
         (sub,) = slurm.submissions(outputs)
-        second = start_sweep(outputs, *ONE_JOB_A_TASK)
+        assert [len(t) for t in sub.tasks] == [2, 2]
+        second = start_sweep(outputs, *TWO_TASKS)
         wait_until(lambda: second.poll() is not None or (outputs / "runs").exists(), timeout=120)
-        subprocess.run(["scancel", sub.ids[3]], check=True, timeout=30)
+        subprocess.run(["scancel", sub.ids[1]], check=True, timeout=30)
         outs = [p.communicate(timeout=SWEEP_TIMEOUT_S)[0] for p in (first, second)]
         ended = time.monotonic()
         states = wait_finished(task_ids(outputs))
-        assert states[sub.ids[3]].state in ("CANCELLED", "UNKNOWN")  # UNKNOWN: cancelled while pending
+        assert states[sub.ids[1]].state in ("CANCELLED", "UNKNOWN")  # UNKNOWN: cancelled while pending
         assert time.monotonic() - ended < 60
         for proc, out in zip((first, second), outs):
             assert proc.returncode == 1, out[-3000:]
-            assert "1 of 4 jobs failed or are missing" in out.strip().splitlines()[-1] or \
-                "1 of 1 jobs failed or are missing" in out.strip().splitlines()[-1], out[-2000:]
-        assert f"task {sub.ids[3]} ({EXPERIMENT}) ended " in outs[0]
+            assert "2 of " in out.strip().splitlines()[-1] and "failed or are missing" in out.strip().splitlines()[-1]
+        assert f"task {sub.ids[1]} ({EXPERIMENT}) ended " in outs[0]
         assert "submitted array" not in outs[1], outs[1][-2000:]
         assert len(slurm.submissions(outputs)) == 1
-        lost = sub.tasks[3]
-        assert set(valid_records(outputs, EXPERIMENT)) == {k for t in sub.tasks for k in t} - set(lost)
+        lost = sub.tasks[1]
+        assert set(valid_records(outputs, EXPERIMENT)) == set(sub.tasks[0])
         again = run_cli(outputs, "train", "-m", *SWEEP, *SLURM, f"paths.outputs={outputs}", timeout=SWEEP_TIMEOUT_S)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
-        assert "3 done before, 1 to run" in again.stdout
+        assert "2 done before, 2 to run" in again.stdout
         subs = slurm.submissions(outputs)
-        assert len(subs) == 2 and subs[1].tasks == [lost]
+        assert len(subs) == 2 and [sorted(t) for t in subs[1].tasks] == [sorted(lost)]
         assert len(valid_records(outputs, EXPERIMENT)) == 4
     finally:
         for proc in (first, second):

@@ -349,17 +349,13 @@ def _wait_for_cluster(outputs: str, log) -> None:
     subs = [s for s in subs if any(s.task_of(k) for k in live)]
     log(f"\n=== waiting for {len(subs)} arrays on the cluster ({len(live)} jobs) ===")
     root = Path(outputs)
+    folders = {p.name: p for part in ("runs", "theory") for p in root.glob(f"{part}/*/*/")}
 
-    def done(key: str) -> bool:
-        from attnrepro.jobs.records import CorruptRecord, read_record
+    def record_of(key: str) -> Path:  # a train or theory record (its folder exists once a task made it)
+        if key not in folders:
+            folders.update({p.name: p for part in ("runs", "theory") for p in root.glob(f"{part}/*/{key}")})
+        return folders.get(key, root / "runs" / "?" / key) / "record.json"
 
-        for path in (*root.glob(f"runs/*/{key}/record.json"), *root.glob(f"theory/*/{key}/record.json")):
-            try:
-                return read_record(path)["status"] == "complete"
-            except (OSError, CorruptRecord):
-                return False
-        return False
-
-    outcome = slurm.wait(subs, done, log=log)
+    outcome = slurm.wait(subs, record_of, log=log)
     for line in outcome["ended"]:
         log(f"{line}: those jobs are missing (run reproduce again to compute them)")

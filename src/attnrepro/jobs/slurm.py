@@ -36,6 +36,7 @@ from attnrepro.jobs import cluster
 
 TRAIN, THEORY = "train", "theory"
 POLL_S = (2, 5, 10, 15)  # seconds between queue reads: quick at first, then at most 15 s
+RECORDS_S = 1.0          # seconds between looks at the records (a file read each): the wait ends when all are written
 PROGRESS_S = 60.0        # a waiting sweep says where it stands every this many seconds
 GRACE_S = 30.0           # a task neither squeue nor sacct knows this soon after submission is still live
 
@@ -184,15 +185,33 @@ def cancel(arrays: Sequence[str], run=cluster.run_command) -> None:
         run(["scancel", *arrays])
 
 
-def wait(subs: Sequence[Submission], done: Callable[[str], bool], on_hopeless: str = "cancel", log=print,
+def written(path: Path, since: float) -> bool:
+    """Whether a record was written at `path` since a submission (a stat; records are written once, at the
+    end of their job, complete or failed)."""
+    try:
+        return path.stat().st_mtime >= since - 1.0
+    except FileNotFoundError:
+        return False
+
+
+def wait(subs: Sequence[Submission], record_of: Callable[[str], Path], on_hopeless: str = "cancel", log=print,
          run=cluster.run_command, sleep=time.sleep) -> dict:
-    """Wait until no task of these arrays is queued or running; returns {hopeless: [lines], ended: [lines
-    for tasks that ended without all their records], missing: [keys]}. done(key): whether a job's record
-    is complete. A hopeless task ends the wait at once (and cancels the arrays when on_hopeless=cancel)."""
+    """Wait until every job of these arrays has written its record since its submission (record_of(key):
+    where), or no task is queued or running any more; returns {hopeless: [lines], ended: [lines for tasks
+    that ended without all their records], missing: [keys]}. A hopeless task ends the wait at once (and
+    cancels the arrays when on_hopeless=cancel)."""
     subs = [s for s in subs if s.tasks]
     start, last, polls = time.monotonic(), time.monotonic(), 0
     states: dict[str, cluster.TaskState] = {}
+    keys = [k for s in subs for t in s.tasks for k in t]
+    since = {k: s.submitted for s in subs for t in s.tasks for k in t}
+
+    def done(key: str) -> bool:
+        return written(record_of(key), since[key])
+
     while subs:
+        if all(map(done, keys)):  # every record written: the tasks are ending their steps
+            break
         states = cluster.queue_state([s.array for s in subs], run)
         now = time.time()
         live = {tid: st for s in subs for tid, st in _live(states, s, now).items()}
@@ -209,12 +228,13 @@ def wait(subs: Sequence[Submission], done: Callable[[str], bool], on_hopeless: s
         if time.monotonic() - last >= PROGRESS_S:
             last = time.monotonic()
             running = sum(st.state == "RUNNING" for st in live.values())
-            keys = [k for s in subs for t in s.tasks for k in t]
             log(f"waiting on arrays {', '.join(s.array for s in subs)}: {running} tasks running, "
                 f"{len(live) - running} queued; {sum(map(done, keys))} of {len(keys)} records written "
                 f"({time.monotonic() - start:.0f} s)")
-        sleep(POLL_S[min(polls, len(POLL_S) - 1)])
+        until = time.monotonic() + POLL_S[min(polls, len(POLL_S) - 1)]
         polls += 1
+        while time.monotonic() < until and not all(map(done, keys)):
+            sleep(RECORDS_S)
     return {"hopeless": [], **_outcome(subs, states, done, run)}
 
 

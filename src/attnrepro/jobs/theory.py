@@ -255,7 +255,9 @@ def _run_on_slurm(todo: dict[str, list[Job]], settings: DictConfig, launcher: di
     if not wait:
         counts["submitted"] = len(units)
         return counts
-    outcome = slurm.wait(subs, lambda key: key not in todo or todo[key][0].state().done, log=log)
+    paths = {job.key: job.path for group in todo.values() for job in group}
+    outcome = slurm.wait(subs, lambda key: paths.get(key, Path(outputs) / "theory" / "?" / key / "record.json"),
+                         log=log)
     for line in outcome["ended"]:
         log(f"theory: {line}: those curves are missing and computed on the next run")
     for group in todo.values():

@@ -36,13 +36,16 @@ growing as lambda falls and no lambda = 0 fixed point is found (those rows fail,
 S = r S0.
 
 Solving: DirectFixedPointMap subclasses state_evolution.FixedPointMap (the channel side, the root-finding
-variables y = (log(lambda~ Sigma), m, log q) and the residual are its own) and replaces the prior side; the
-fixed point is a root of its residual by theory.root_finding.newton_root, warm-started along alpha (or lambda),
-from the channel's quadratic surrogate, or last by the damped iteration. A point that is not solved is a row
-with converged = False and its reason.
+variables y = (log(lambda~ Sigma), m, log q) and the residual are its own) and replaces the prior side, the
+rank and validity of a point, the routes of solve_continued after the warm starts (`fallbacks`), the surrogate's
+lambda = 0 start and the lambda -> 0+ rows (DirectLambdaZero). The solvers are state_evolution's (solve,
+solve_damped, solve_continued, solve_ridgeless, state_evolution_curve) with fmap_class=DirectFixedPointMap: a
+root of the residual by theory.root_finding.newton_root, warm-started along alpha (or lambda), from the
+channel's quadratic surrogate, or last by the damped iteration. A point that is not solved is a row with
+converged = False and its reason.
 
 `optimal_lambda_curve` minimises the state evolution's test error over log lambda at every alpha, for either
-student (factorized: state_evolution.solve_continued; direct: this module), warm-started along alpha.
+student (state_evolution.solve_continued with FixedPointMap or DirectFixedPointMap), warm-started along alpha.
 """
 
 from __future__ import annotations
@@ -54,146 +57,76 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from attnrepro.theory import state_evolution as se
 from attnrepro.theory.free_convolution import FreeConvolution
-from attnrepro.theory.root_finding import NotConverged, newton_root
+from attnrepro.theory.root_finding import NotConverged
 from attnrepro.theory.softmax_prox import ProxNotSolved, entries
 from attnrepro.theory.spectral_laws import SpectralLaw
-from attnrepro.theory.state_evolution import (
-    FixedPointMap,
-    SEPoint,
-    _Evaluation,
-    _extrapolated,
-    _OutOfDomain,
-    default_start,
-)
 
 NAN = float("nan")
 
 
 # ---------------------------------------------------------------- the prior side
 
-class DirectFixedPointMap(FixedPointMap):
+class DirectFixedPointMap(se.FixedPointMap):
     """F(Sigma, m, q) of the direct student: the factorized map's channel side (hats), and the prior side of
     the Frobenius penalty (lambda~/2) d ||S||_F^2 (module docstring):
 
         Sigma = 1/(Sigmahat + 2 lambda~),   m = mhat Q0 Sigma,   q = (mhat^2 Q0 + qhat) Sigma^2.
 
     The learned-spectrum parameters are (delta, eps, eta) = (sqrt(qhat)/mhat, nan, mhat Sigma): there is no
-    threshold eps, and the learned S is eta (S0 + delta Z)."""
+    threshold eps, and the learned S is eta (S0 + delta Z). The solvers of theory.state_evolution take it as
+    fmap_class; its routes and its lambda -> 0+ rows are below."""
+
+    label = "direct: "
 
     def prior(self, hats):
         qhat, mhat, shat = hats
         width = shat + 2 * self.lam_t
         if not (qhat >= 0 and mhat > 0 and width > 0 and math.isfinite(qhat) and math.isfinite(width)):
-            raise _OutOfDomain(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, "
-                               f"Sigmahat + 2 lambda~ = {width:.3g}")
+            raise se.OutOfDomain(f"left the domain: qhat = {qhat:.3g}, mhat = {mhat:.3g}, "
+                                 f"Sigmahat + 2 lambda~ = {width:.3g}")
         Sigma = 1.0 / width
         eta, Q0 = mhat * Sigma, self.law.Q0
         return (Sigma, eta * Q0, (mhat * mhat * Q0 + qhat) * Sigma * Sigma), (math.sqrt(qhat) / mhat, NAN, eta), None
 
+    def rank(self, ev) -> float:
+        """The fraction of non-zero eigenvalues of eta (S0 + delta Z) (_rank)."""
+        return _rank(self.law, ev.prior[0])
 
-def _point(fmap: DirectFixedPointMap, ev: _Evaluation, method: str, iterations: int, residual: float) -> SEPoint:
-    (Sigma, m, q), (qhat, mhat, shat), (delta, eps, eta) = ev.state, ev.hats, ev.prior
-    return SEPoint(alpha=fmap.alpha, lam=fmap.lam, Sigma=Sigma, m=m, q=q, Sigma_hat=shat, m_hat=mhat, q_hat=qhat,
-                   eta=eta, delta=delta, eps=eps, estimation_error=fmap.law.Q0 - 2 * m + q,
-                   train_loss=ev.channel_value.train_loss, test_error=fmap.channel.test_error(m, q),
-                   rank=_rank(fmap.law, delta), valid=True, iterations=iterations, residual=residual,
-                   prox_residual=ev.channel_value.prox_residual, method=method)
+    def valid(self, rank: float) -> bool:
+        """Always: the direct student has no width to hold its rank."""
+        return True
+
+    def fallbacks(self, **kw) -> list:
+        """solve_continued's routes after the warm starts: from the quadratic surrogate's fixed point (when the
+        channel has one); below alpha_interp^direct, from the lambda -> 0+ closed form with
+        Sigma = (1 - rho)/(2 lambda~) (the fixed point at small lambda is near it); from the default start; the
+        damped iteration."""
+        where, solve = (self.law, self.channel, self.alpha, self.lam, self.kappa), se.solve
+        routes = []
+        if hasattr(self.channel, "surrogate"):
+            routes.append(("from the quadratic surrogate's fixed point", lambda: se.from_surrogate(self, False, **kw)))
+        start = _limit_start(self.law, self.channel, self.alpha, self.lam_t)
+        if start is not None:
+            routes.append(("from the lambda -> 0+ closed form",
+                           lambda: solve(*where, init=start, fmap_class=DirectFixedPointMap, **kw)))
+        damped = dict(tol=kw.get("tol", 1e-7), fmap_class=DirectFixedPointMap)
+        return routes + [("from the default start", lambda: solve(*where, fmap_class=DirectFixedPointMap, **kw)),
+                         ("damped iteration", lambda: (se.solve_damped(*where, **damped), None))]
+
+    def surrogate_zero_start(self, quad, **kw) -> se.SEPoint:
+        """The lambda = 0 fixed point of the quadratic surrogate `quad`, from the default start."""
+        return se.solve(self.law, quad, self.alpha, 0.0, self.kappa, fmap_class=DirectFixedPointMap, **kw)[0]
+
+    @classmethod
+    def lambda_zero_limit(cls, law, channel, kappa, T, Delta, ratio=1.0, log=None, **kw) -> DirectLambdaZero:
+        return DirectLambdaZero(law, channel, kappa, T, Delta, ratio, log, **kw)
 
 
 def _rank(law: SpectralLaw, delta: float) -> float:
     """The fraction of non-zero eigenvalues of eta (S0 + delta Z): 1 for delta > 0, 1 - mu0({0}) at delta = 0."""
     return 1.0 if delta > 0 else 1.0 - sum(w for t, w in law.atoms if t == 0)
-
-
-# ---------------------------------------------------------------- solvers at one (alpha, lambda)
-
-def solve_direct(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None, jac=None,
-                 tol: float = 1e-7, max_evals: int = 40) -> tuple[SEPoint, np.ndarray]:
-    """The direct student's fixed point at (alpha, lambda) by newton_root on DirectFixedPointMap's residual,
-    from init = (Sigma, m, q) (default (1, Q0/2, Q0/2)); jac: a nearby point's Jacobian in y. lambda = 0 only
-    where Sigma stays finite (above alpha_interp^direct, or a channel finite there). Raises NotConverged."""
-    fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
-    y0 = fmap.to_y(init if init is not None else default_start(law))
-    try:
-        y, r, ev, jac, evals = newton_root(fmap.residual, y0, jac, tol=tol, max_evals=max_evals)
-    except (ValueError, ProxNotSolved) as e:  # the start itself is outside the domain
-        raise NotConverged(f"root finder: {type(e).__name__}: {e}") from e
-    return _point(fmap, ev, "newton", evals, float(np.max(np.abs(r)))), jac
-
-
-def solve_direct_damped(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, init=None,
-                        damping: float = 0.3, tol: float = 1e-7, max_iter: int = 300) -> SEPoint:
-    """The fixed point by x <- (1 - damping) x + damping F(x) until every coordinate moves by less than tol
-    (relative). Raises NotConverged."""
-    fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
-    state = tuple(init) if init is not None else default_start(law)
-    residual = math.inf
-    for it in range(1, max_iter + 1):
-        try:
-            new = fmap(state).new
-        except (_OutOfDomain, ValueError) as e:
-            raise NotConverged(f"damped iteration {it}: {e}") from e
-        residual = max(abs(a - b) / max(abs(a), abs(b), 1e-300) for a, b in zip(state, new, strict=True))
-        state = tuple((1 - damping) * a + damping * b for a, b in zip(state, new, strict=True))
-        if not all(map(math.isfinite, state)):
-            raise NotConverged(f"damped iteration left the domain at iteration {it}: (Sigma, m, q) = {state}")
-        if residual < tol:
-            ev = fmap(state)
-            return _point(fmap, ev, "damped", it + 1, residual)
-    raise NotConverged(f"damped iteration: no convergence in {max_iter} iterations at alpha = {alpha:g}, "
-                       f"lambda = {lam:g}: residual {residual:.2e} > tol {tol:g}")
-
-
-def solve_direct_continued(law: SpectralLaw, channel, alpha: float, lam: float, kappa: float, inits=(), jac=None,
-                           log=None, tol: float = 1e-7, max_evals: int = 40) -> tuple[SEPoint, np.ndarray | None]:
-    """The direct fixed point at (alpha, lambda) by the first route that works:
-
-    1. solve_direct from each of `inits` (warm starts; jac the last Jacobian);
-    2. from the fixed point of the channel's quadratic surrogate (channel.surrogate(), when it has one);
-    3. below alpha_interp^direct, from the lambda -> 0+ closed form (Sigma = (1 - rho)/(2 lambda~); the
-       fixed point at small lambda is near it);
-    4. from the default start;
-    5. the damped iteration.
-
-    Returns (point, Jacobian or None); raises NotConverged naming every route's failure."""
-    errors = []
-    kw = dict(tol=tol, max_evals=max_evals)
-
-    def attempt(name, fn):
-        try:
-            return fn()
-        except (NotConverged, ProxNotSolved, ValueError) as e:
-            errors.append(f"{name}: {e}")
-            if log:
-                log(f"      {name} failed: {e}")
-            return None
-
-    for init in [i for i in inits if i is not None]:
-        found = attempt("warm start", lambda init=init: solve_direct(law, channel, alpha, lam, kappa, init, jac, **kw))
-        if found:
-            return found
-    if hasattr(channel, "surrogate"):
-        def from_surrogate():
-            quad = channel.surrogate()
-            start = solve_direct(law, quad, alpha, lam, kappa, **kw)[0]
-            return solve_direct(law, channel, alpha, lam, kappa, init=(start.Sigma, start.m, start.q), **kw)
-        found = attempt("from the quadratic surrogate's fixed point", from_surrogate)
-        if found:
-            return found
-    start = _limit_start(law, channel, alpha, math.sqrt(kappa) * lam)
-    if start is not None:
-        found = attempt("from the lambda -> 0+ closed form",
-                        lambda: solve_direct(law, channel, alpha, lam, kappa, init=start, **kw))
-        if found:
-            return found
-    found = attempt("from the default start", lambda: solve_direct(law, channel, alpha, lam, kappa, **kw))
-    if found:
-        return found
-    found = attempt("damped iteration", lambda: (solve_direct_damped(law, channel, alpha, lam, kappa, tol=tol), None))
-    if found:
-        return found
-    raise NotConverged("; ".join(errors))
 
 
 # ---------------------------------------------------------------- lambda -> 0+
@@ -290,96 +223,39 @@ def _limit_row(law, channel, alpha, T, Delta, ratio, n_meas) -> dict:
 
 # ---------------------------------------------------------------- a curve in alpha
 
+class DirectLambdaZero(se.LambdaZeroLimit):
+    """The direct student's lambda -> 0+ rows: at and below alpha_interp^direct = 1/(2 n_meas), and at every alpha
+    with Delta = 0, in closed form (_limit_row: the minimum-Frobenius-norm interpolator; a failed row at the
+    threshold with Delta > 0; S = r S0 above it with Delta = 0); above it with Delta > 0, the fixed point at
+    lambda = 0 (method "lambda_zero"), from the largest alpha down, each from its neighbours above (y extrapolated
+    linearly in alpha), the first from the channel's surrogate or down a lambda path 1e-2 ... 1e-6."""
+
+    fmap_class = DirectFixedPointMap
+
+    def __init__(self, law, channel, kappa, T, Delta, ratio=1.0, log=None, **kw):
+        super().__init__(law, channel, kappa, T, Delta, ratio, log, **kw)
+        self.n_meas = measurements_per_sample(channel, T)
+        self.threshold = 1.0 / (2 * self.n_meas)
+
+    def closed_form(self, alpha: float) -> bool:
+        return alpha <= self.threshold or self.Delta == 0
+
+    def limit_row(self, alpha: float) -> dict:
+        return _limit_row(self.law, self.channel, alpha, self.T, self.Delta, self.ratio, self.n_meas)
+
+    def starts(self, fmap, sweep) -> list[tuple[float, float, float]]:
+        return sweep.starts(fmap)
+
+
 def direct_state_evolution_curve(law: SpectralLaw, channel, alphas, lam: float, kappa: float, T: int, Delta: float,
                                  ratio: float = 1.0, log=None, tol: float = 1e-7, max_evals: int = 40) -> list[dict]:
     """The direct student's fixed point at every alpha, one row each (SEPoint's fields, converged, reason,
-    seconds, channel_evaluations), in ascending alpha.
-
-    lambda > 0: solve_direct_continued in ascending alpha, each point started from the previous ones (y
-    extrapolated linearly in alpha) with the last Jacobian. lambda = 0 means lambda -> 0+: below
-    alpha_interp^direct the minimum-Frobenius-norm interpolator in closed form (method "interpolating_limit");
-    at the threshold (Delta > 0) a failed row (no finite limit); above it, with Delta = 0, S = r S0
-    ("perfect_recovery"), with Delta > 0 the fixed point at lambda = 0 (method "lambda_zero"), solved from the
-    largest alpha down (Sigma grows without bound as alpha -> alpha_interp+), each from its neighbours above,
-    the first from the channel's surrogate or down a lambda path 1e-2 ... 1e-6. ratio = beta0/beta."""
-    n_meas = measurements_per_sample(channel, T)
-    threshold = 1.0 / (2 * n_meas)
-    alphas = sorted(float(a) for a in alphas)
-    if lam == 0:
-        order = [a for a in alphas if a <= threshold or Delta == 0] + sorted(
-            (a for a in alphas if a > threshold and Delta > 0), reverse=True)
-    else:
-        order = alphas
-    rows, solved, jac = [], [], None
-    kw = dict(tol=tol, max_evals=max_evals)
-    for alpha in order:
-        t0, calls0 = time.perf_counter(), getattr(channel, "evaluations", 0)
-        try:
-            if lam == 0 and (alpha <= threshold or Delta == 0):
-                row = _limit_row(law, channel, alpha, T, Delta, ratio, n_meas)
-            else:
-                fmap = DirectFixedPointMap(law, channel, alpha, lam, kappa, 0)
-                inits = [fmap.from_y(y) for y in (_extrapolated(solved, alpha), solved[-1][1] if solved else None)
-                         if y is not None and np.all(np.abs(y) < 50)]
-                if lam == 0:
-                    p, jac = _solve_at_zero(law, channel, alpha, kappa, inits, jac, log, **kw)
-                else:
-                    p, jac = solve_direct_continued(law, channel, alpha, lam, kappa, inits=inits, jac=jac, log=log,
-                                                    **kw)
-                row = p.row()
-                solved.append((alpha, fmap.to_y((p.Sigma, p.m, p.q))))
-            reason = ""
-        except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
-            row, reason, jac = {"alpha": alpha, "lam": lam, "method": "failed"}, f"{type(e).__name__}: {e}", None
-        row.update(converged=not reason, reason=reason, seconds=time.perf_counter() - t0,
-                   channel_evaluations=getattr(channel, "evaluations", 0) - calls0)
-        rows.append(row)
-        if log:
-            log(f"    direct: alpha = {alpha:g}, lambda = {lam:g}: {row['method'] if not reason else 'FAILED'}"
-                + (f" ({reason})" if reason else "") + f", {row['seconds']:.1f}s")
-    return sorted(rows, key=lambda r: r["alpha"])
-
-
-ZERO_PATH = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
-
-
-def _solve_at_zero(law, channel, alpha, kappa, inits, jac, log, **kw):
-    """lambda = 0 above alpha_interp^direct: warm starts, then the surrogate's lambda = 0 fixed point, then the
-    lambda path ZERO_PATH (each from the last), then lambda = 0 from the last. Method "lambda_zero"."""
-    errors = []
-
-    def attempt(name, fn):
-        try:
-            p, j = fn()
-            p.method = "lambda_zero"
-            return p, j
-        except (NotConverged, ProxNotSolved, ValueError) as e:
-            errors.append(f"{name}: {e}")
-            if log:
-                log(f"      {name} failed: {e}")
-            return None
-
-    for init in inits:
-        found = attempt("warm start", lambda init=init: solve_direct(law, channel, alpha, 0.0, kappa, init, jac, **kw))
-        if found:
-            return found
-    if hasattr(channel, "surrogate"):
-        def from_surrogate():
-            s = solve_direct(law, channel.surrogate(), alpha, 0.0, kappa, **kw)[0]
-            return solve_direct(law, channel, alpha, 0.0, kappa, init=(s.Sigma, s.m, s.q), **kw)
-        found = attempt("from the quadratic surrogate's lambda = 0 fixed point", from_surrogate)
-        if found:
-            return found
-
-    def down_the_path():
-        p, j = solve_direct_continued(law, channel, alpha, ZERO_PATH[0], kappa, **kw)
-        for lam in ZERO_PATH[1:]:
-            p, j = solve_direct(law, channel, alpha, lam, kappa, init=(p.Sigma, p.m, p.q), **kw)
-        return solve_direct(law, channel, alpha, 0.0, kappa, init=(p.Sigma, p.m, p.q), **kw)
-    found = attempt(f"lambda path {ZERO_PATH[0]:g} ... {ZERO_PATH[-1]:g}, then 0", down_the_path)
-    if found:
-        return found
-    raise NotConverged("; ".join(errors))
+    seconds, channel_evaluations), in ascending alpha: state_evolution.state_evolution_curve with
+    DirectFixedPointMap. lambda > 0: solve_continued in ascending alpha, each point started from the previous
+    ones (y extrapolated linearly in alpha) with the last Jacobian (routes: DirectFixedPointMap.fallbacks).
+    lambda = 0 means lambda -> 0+ (DirectLambdaZero). ratio = beta0/beta."""
+    return se.state_evolution_curve(law, channel, alphas, lam, kappa, T, Delta, ratio, log=log,
+                                    fmap_class=DirectFixedPointMap, tol=tol, max_evals=max_evals)
 
 
 def direct_state_evolution(alphas: Sequence[float], lam: float, *, kappa: float = 1.0, T: int = 2,
@@ -433,6 +309,9 @@ class DirectLearnedSpectrum:
 
 # ---------------------------------------------------------------- optimal lambda
 
+MAPS = {"factorized": se.FixedPointMap, "direct": DirectFixedPointMap}  # optimal_lambda_curve's models
+
+
 class _AlongLambda:
     """The state evolution of one student at one alpha as a function of log lambda, each solve warm-started from
     the nearest solved lambda; rows cached by log lambda."""
@@ -445,14 +324,11 @@ class _AlongLambda:
         self.jacs: dict[float, np.ndarray] = {}
 
     def _map(self, lam):
-        cls = DirectFixedPointMap if self.model == "direct" else FixedPointMap
-        return cls(self.law, self.channel, self.alpha, lam, self.kappa, self.nodes)
+        return MAPS[self.model](self.law, self.channel, self.alpha, lam, self.kappa, self.nodes)
 
     def row(self, log_lam: float) -> dict:
         if log_lam in self.rows:
             return self.rows[log_lam]
-        from attnrepro.theory import state_evolution as se
-
         lam = math.exp(log_lam)
         near = sorted((k for k, r in self.rows.items() if r["converged"] and r["method"] in ("newton", "damped")),
                       key=lambda k: abs(k - log_lam))[:1]
@@ -464,12 +340,9 @@ class _AlongLambda:
             jac = self.jacs.get(k)
         t0 = time.perf_counter()
         try:
-            if self.model == "direct":
-                p, jac = solve_direct_continued(self.law, self.channel, self.alpha, lam, self.kappa, inits=inits,
-                                                jac=jac, tol=self.tol, max_evals=self.max_evals)
-            else:
-                p, jac = se.solve_continued(self.law, self.channel, self.alpha, lam, self.kappa, inits=inits, jac=jac,
-                                            tol=self.tol, max_evals=self.max_evals, nodes=self.nodes)
+            p, jac = se.solve_continued(self.law, self.channel, self.alpha, lam, self.kappa, inits=inits, jac=jac,
+                                        fmap_class=MAPS[self.model], tol=self.tol, max_evals=self.max_evals,
+                                        nodes=self.nodes)
             row = {**p.row(), "converged": True, "reason": ""}
         except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
             row = {"alpha": self.alpha, "lam": lam, "method": "failed", "converged": False,
@@ -546,7 +419,7 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
     from attnrepro.theory.erm_curve import softmax_channel
     from attnrepro.theory.spectral_laws import target_law
 
-    if model not in ("factorized", "direct"):
+    if model not in MAPS:
         raise ValueError(f"model must be 'factorized' or 'direct', got {model!r}")
     law = target_law(target, d, kappa0, gamma)
     channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)

@@ -237,7 +237,7 @@ class GridSweeper(BasicSweeper):
             print(f"[{name}] not waiting (hydra.sweeper.wait=false): the same sweep again waits for these arrays "
                   "and submits only what they miss", flush=True)
             return [{"status": "submitted"} for _ in pending]
-        outcome = slurm.wait(subs, lambda key: key not in names or state(key).done, self.on_hopeless,
+        outcome = slurm.wait(subs, lambda key: record_path(outputs, name, key), self.on_hopeless,
                              log=lambda line: print(f"[{name}] {line}", flush=True))
         for line in outcome["ended"]:
             print(f"[{name}] {line}: those jobs are missing and run on the next sweep", flush=True)

@@ -1,0 +1,66 @@
+"""The paper profile's cost per experiment, from measured job times: jobs, core-hours on this machine's CPU
+and the predicted wall time on a cluster of N single-core tasks.
+
+    python pipelines/paper_cost.py [--outputs outputs/paper] [--cores 64] [--profile paper]
+
+A job's time is its record's `timings.total_s` (one thread: the cluster path runs one CPU per task) for the
+profile's own jobs (same keys: full seeds) found under --outputs. Jobs not run yet are counted at the mean
+time of the experiment's measured jobs (the column says how many were measured); an experiment with none
+is "not measured". The wall time is the longest-processing-time schedule of the job times on --cores
+workers, plus one task start (about 15 s: torch and Lightning imported) per worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import statistics
+
+from attnrepro.jobs.grid import expected_states, experiments
+
+TASK_START_S = 15.0
+
+
+def lpt_wall(times: list[float], cores: int) -> float:
+    """Makespan of the longest-processing-time-first schedule of `times` on `cores` workers."""
+    loads = [0.0] * min(cores, max(len(times), 1))
+    heapq.heapify(loads)
+    for t in sorted(times, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + t)
+    return max(loads) if loads else 0.0
+
+
+def cost(experiment: str, profile: str, outputs: str, cores: int) -> dict:
+    states = expected_states(experiment, profile, outputs=outputs)
+    measured = [s.record["timings"]["total_s"] for _, _, s in states if s.done]
+    row = {"experiment": experiment, "jobs": len(states), "measured": len(measured)}
+    if not measured:
+        return row
+    mean = statistics.fmean(measured)
+    times = measured + [mean] * (len(states) - len(measured))
+    return {**row, "core_h": sum(times) / 3600, "longest_s": max(measured),
+            "wall_s": lpt_wall(times, cores) + TASK_START_S}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--outputs", default="outputs/paper")
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("--cores", type=int, default=64)
+    args = ap.parse_args()
+    rows = [cost(e, args.profile, args.outputs, args.cores) for e in experiments()]
+    print(f"| experiment | jobs | measured | core-hours (this CPU) | longest job | wall on {args.cores} cores |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if "core_h" in r:
+            print(f"| {r['experiment']} | {r['jobs']} | {r['measured']} | {r['core_h']:.2f} | {r['longest_s']:.0f} s "
+                  f"| {r['wall_s'] / 60:.1f} min |")
+        else:
+            print(f"| {r['experiment']} | {r['jobs']} | 0 | not measured | | |")
+    done = [r for r in rows if "core_h" in r]
+    print(f"\nmeasured experiments: {len(done)} of {len(rows)}; their core-hours {sum(r['core_h'] for r in done):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
