@@ -30,7 +30,9 @@ Each case runs in its own process, so its peak resident memory is its own.
                  (as along a sweep); and the quick profile's whole theory stage.
   theory_limit : the softmax state evolution along lambda = 0.1 ... 1e-6 at alpha = 0.1 against
                  its closed-form lambda -> 0+ limit (the gaps), and along lambda = 0.1 ... 1e-4 at
-                 alpha = 0.2 > alpha_interp (no finite limit).
+                 alpha = 0.2 > alpha_interp, where the limit is the fixed point at lambda = 0 (finite;
+                 the path is still far from it at 1e-4, where eps = lambda~/mhat is not small:
+                 docs/state_evolution.md, "Above alpha_interp").
   channel_accuracy : the output channel's Sobol' rules (2^12 quick, 2^16 paper) against 10^6
                  Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
 """
@@ -347,7 +349,7 @@ def case_theory_limit() -> dict:
                                     f"{r['eta'] - 1:+.2e}, delta gap {r['delta'] - lim.delta:+.2e}, eps gap "
                                     f"{r['eps'] - lim.eps:+.2e}, train {r['train_loss']:.2e}, prox residual "
                                     f"{r['prox_residual']:.1e}, {r['channel_evaluations']} evaluations")
-    # above alpha_interp: no finite limit (q and E grow as lambda falls)
+    # above alpha_interp: q and E grow as lambda falls, towards the lambda = 0 fixed point (reached below 1e-5)
     rows = state_evolution_curve(law, channel, [0.2], 0.1, 1.0, 2, 0.5, tol=1e-8)
     for lam in (0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4):
         prev = rows[-1]

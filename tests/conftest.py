@@ -160,6 +160,14 @@ def _slurm_unavailable() -> str | None:
               if tuple(ln.split()[1:3]) in {("up", s) for s in ("idle", "mixed", "allocated", "completing")}]
     if not usable:
         return f"sinfo shows no partition that is up with a node that responds: {proc.stdout.strip()!r}"
+    try:  # the tests time their jobs: jobs already queued would run first and time them out
+        queue = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=SLURM_ANSWER_S)
+    except subprocess.TimeoutExpired:
+        return f"squeue did not answer within {SLURM_ANSWER_S:g}s"
+    if queued := queue.stdout.split():
+        return (f"the cluster's queue already holds {len(queued)} jobs ({', '.join(queued[:5])}"
+                f"{', ...' if len(queued) > 5 else ''}); the slurm tests need an idle cluster: scancel them, "
+                f"or `scripts/slurm_cluster.sh clean && scripts/slurm_cluster.sh up`")
     return None
 
 

@@ -36,3 +36,21 @@ def test_a_run_of_some_figures_is_compared_with_those_figures_claims_only(tmp_pa
     assert diff.empty and "0 of 1 claims differ" in note
     diff, _ = claims_diff.against_reference(now, "paper")  # every figure drawn: f2's claim is missing
     assert diff.set_index("id").loc["f2/b", "change"] == "removed"
+
+
+def test_refreshing_the_reference_for_some_figures_keeps_the_others(tmp_path, monkeypatch):
+    """refresh_reference with figures=: those figures' rows are this run's, every other figure's rows stay."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from attnrepro.commands import figures
+    from attnrepro.report import claims_diff
+
+    monkeypatch.setattr(claims_diff, "REFERENCE_DIR", tmp_path)
+    old = pd.DataFrame({"id": ["a/x", "b/y", "b/z"], "figure": ["a", "b", "b"], "measured": [1.0, 2.0, 3.0]})
+    old.to_csv(tmp_path / "claims_paper.csv", index=False)
+    run = pd.DataFrame({"id": ["b/y"], "figure": ["b"], "measured": [5.0]})
+    figures._refresh(SimpleNamespace(claims=run, errors=[]), "paper", ["b"])
+    new = pd.read_csv(tmp_path / "claims_paper.csv")
+    assert sorted(zip(new["id"], new["measured"])) == [("a/x", 1.0), ("b/y", 5.0)]

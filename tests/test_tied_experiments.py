@@ -241,7 +241,8 @@ def test_tied_figures_render_with_claims(fake_tied_outputs):
             assert abs(_measured(claims, f"tied_bayes_gap/mmse_reaches_zero/kappa0={kappa0},T={T}")) < 1e-6
     table = pd.read_parquet(out / "results" / "tied_factorized_vs_direct.parquet")
     assert set(table["model.param"]) == {"factorized", "direct"} and table["selected"].any()
-    assert (table["source"] == "simulation").all()
+    assert set(table["source"]) == {"simulation", "theory", "spectrum"}
+    assert not table.loc[table["source"] != "simulation", "selected"].any()
     spectra = pd.read_parquet(out / "results" / "tied_spectra.parquet")
     assert {"fit", "erm_state_evolution"} <= set(spectra["curve"].dropna())
     ids = claims[claims["figure"] == "tied_error_vs_alpha"]["id"]
@@ -377,3 +378,139 @@ def test_factorized_vs_direct_cross_validates_among_converged_runs_only():
     assert claim.measured == pytest.approx((0.5 + 0.6) / 2 - 0.3, rel=1e-12)
     assert claim.detail.endswith("; left out of the cross-validation: direct 1/6 (seed, λ) runs unconverged, "
                                  "factorized 1/5 runs of seeds without a run at every λ"), claim.detail
+
+
+# ---------------------------------------------------------------- the new theory claims, by independent routes
+
+def _claim(claims, ident):
+    rows = claims[claims["id"] == ident]
+    assert len(rows) == 1, f"{len(rows)} claims with id {ident!r}; ids: {sorted(claims['id'])}"
+    return rows.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def fake_claims(fake_tied_outputs):
+    report = build_report(fake_tied_outputs, ["tied_factorized_vs_direct", "tied_error_vs_alpha"])
+    assert not report.errors, report.errors
+    return report.claims
+
+
+def _smoke_settings(out):
+    return theory_runs.theory_settings("smoke", [f"paths.outputs={out}"])
+
+
+def test_factorized_vs_direct_theory_at_optimal_lambda(fake_tied_outputs, fake_claims):
+    """theory_factorized_below_direct: the smallest direct minus factorized test error at lambda*, recomputed by
+    solving each student's state evolution afresh at the table's lambda* (erm_state_evolution,
+    direct_state_evolution: a cold start at that one point, not the optimiser's warm-started solves)."""
+    from attnrepro.theory.direct_state_evolution import direct_state_evolution
+    from attnrepro.theory.erm_curve import erm_state_evolution
+
+    table = pd.read_parquet(fake_tied_outputs / "results" / "tied_factorized_vs_direct.parquet")
+    opt = table[(table["source"] == "theory") & (table["curve"] == "optimal_lambda")]
+    assert opt["converged"].all() and sorted(set(opt["task.alpha"])) == [0.1, 0.3]
+    s = _smoke_settings(fake_tied_outputs)
+    kw = dict(kappa=0.5, kappa0=0.5, T=2, Delta=0.5, points=s.optimal_lambda.points["smoke"], tol=1e-9)
+    gaps = []
+    for alpha in (0.1, 0.3):
+        lam = {p: float(opt[(opt["model.param"] == p) & (opt["task.alpha"] == alpha)]["lam_star"].iloc[0])
+               for p in ("factorized", "direct")}
+        f = erm_state_evolution([alpha], lam["factorized"], **kw)[0]
+        d = direct_state_evolution([alpha], lam["direct"], **kw)[0]
+        assert f["converged"] and d["converged"] and f["valid"]
+        gaps.append(d["test_error"] - f["test_error"])
+    claim = _claim(fake_claims, "tied_factorized_vs_direct/theory_factorized_below_direct")
+    assert claim["measured"] == pytest.approx(min(gaps), abs=1e-5) and claim["holds"] == (min(gaps) > 0)
+    # at alpha = 0.3 (kappa = 0.5) the factorized optimum is at the width's edge: the claim names it
+    assert "at α = 0.3" in claim["detail"] and bool(opt[(opt["model.param"] == "factorized")
+                                                         & (opt["task.alpha"] == 0.3)]["validity_bound"].iloc[0])
+
+
+def test_factorized_vs_direct_state_evolution_claims(fake_tied_outputs, fake_claims):
+    """state_evolution_every_alpha: the largest |seed mean / theory - 1| over alpha, from the records (converged
+    seeds) and the state evolution solved here at the records' lambda (direct: direct_state_evolution;
+    factorized: erm_state_evolution at its kappa = 0.5)."""
+    from attnrepro.theory.direct_state_evolution import direct_state_evolution
+    from attnrepro.theory.erm_curve import erm_state_evolution
+
+    s = _smoke_settings(fake_tied_outputs)
+    kw = dict(kappa=0.5, kappa0=0.5, T=2, Delta=0.5, points=s.state_evolution.points["smoke"], tol=1e-9)
+    for exp, param, solve in (("tied_factorized_vs_direct", "direct", direct_state_evolution),
+                              ("tied_error_vs_alpha", "factorized", erm_state_evolution)):
+        devs = []
+        for r in _records(fake_tied_outputs, exp):
+            task, model = r["config"]["task"], r["config"]["model"]
+            if (task["Delta"], model["lam"]) != (0.5, 0.01) or task["alpha"] not in (0.1, 0.3):
+                continue
+            th = solve([task["alpha"]], 0.01, **kw)[0]
+            if th["converged"] and th["valid"]:  # the factorized theory at alpha = 0.3 is outside its validity
+                devs.append(np.mean(r["metrics"]["test_error"]) / th["test_error"] - 1)
+        claim = _claim(fake_claims, f"tied_factorized_vs_direct/state_evolution_every_alpha/model={param},lam=0.01")
+        assert devs and claim["measured"] == pytest.approx(max(map(abs, devs)), rel=1e-5)
+
+
+def test_factorized_vs_direct_spectrum_claims(fake_tied_outputs, fake_claims):
+    """spectrum_simulation: the selected factorized seeds' atom at alpha 0.3 is the records' rank_collapse (their
+    mean); spectrum_theory: the factorized law's atom at lambda* is the state evolution's 1 - rank there (its own
+    F_delta(eps)), the direct law has none."""
+    table = pd.read_parquet(fake_tied_outputs / "results" / "tied_factorized_vs_direct.parquet")
+    sims = table[(table["source"] == "simulation") & table["selected"] & (table["task.alpha"] == 0.3)]
+    collapse = {(r["key"], rep): v for exp in ("tied_factorized_vs_direct", "tied_error_vs_alpha")
+                for r in _records(fake_tied_outputs, exp) for rep, v in enumerate(r["metrics"]["rank_collapse"])}
+    for param in ("factorized", "direct"):
+        chosen = sims[sims["model.param"] == param]
+        expected = np.mean([collapse[(k, rep)] for k, rep in zip(chosen["key"], chosen["replica"])])
+        sim = _claim(fake_claims, "tied_factorized_vs_direct/spectrum_simulation")
+        if param == "factorized":
+            assert sim["measured"] == pytest.approx(expected, rel=1e-12)
+        else:
+            assert f"direct {expected:.3g}" in sim["detail"]
+    opt = table[(table["source"] == "theory") & (table["curve"] == "optimal_lambda") & (table["task.alpha"] == 0.3)]
+    rank = float(opt[opt["model.param"] == "factorized"]["rank"].iloc[0])
+    th = _claim(fake_claims, "tied_factorized_vs_direct/spectrum_theory")
+    assert th["measured"] == pytest.approx(1 - rank, abs=2e-3) and th["holds"]
+
+
+def test_lambda_zero_curve_peaks_at_alpha_interp(fake_tied_outputs, fake_claims):
+    """lambda_zero_peak: the lambda -> 0+ curve (kappa = 1) peaks at interpolation_threshold's alpha_interp (a direct
+    call), where its test error is the branches' meeting point's, m = Q0 + Delta/2, q = J(dbar, 0) (closed form,
+    through the softmax channel at the smoke rule); the curve's rows above alpha_interp are the lambda = 0 fixed
+    point (method lambda_zero) and every one drawn is converged."""
+    from attnrepro.theory.free_convolution import FreeConvolution
+    from attnrepro.theory.gaussian_rules import sobol
+    from attnrepro.theory.output_channel import SoftmaxChannel
+
+    law = MarchenkoPastur(0.5)
+    thr = interpolation_threshold(law, 2, 0.5)
+    claim = _claim(fake_claims, "tied_error_vs_alpha/lambda_zero_peak/kappa=1,Delta=0.5")
+    assert claim["measured"] == 0 and claim["holds"] and f"α_interp = {thr.alpha:.6g}" in claim["detail"]
+    table = pd.read_parquet(fake_tied_outputs / "results" / "tied_error_vs_alpha.parquet")
+    zero = table[(table["curve"] == "erm_state_evolution") & (table["model.kappa"] == 1) & (table["model.lam"] == 0)]
+    at_thr = zero[zero["task.alpha"] == thr.alpha]
+    assert len(at_thr) == 1 and at_thr["method"].iloc[0] == "threshold"
+    fc = FreeConvolution(law, thr.delta, _smoke_settings(fake_tied_outputs).state_evolution.nodes)
+    J, D = fc.J(0.0), fc.dJ_ddelta(0.0) / (2 * thr.delta)
+    channel = SoftmaxChannel(2, law.Q0, 0.5, sobol(4, int(at_thr["rule_points"].iloc[0])))
+    assert at_thr["test_error"].iloc[0] == pytest.approx(channel.test_error(J - thr.delta ** 2 * D, J), rel=1e-9)
+    assert J - thr.delta ** 2 * D == pytest.approx(law.Q0 + 0.25, rel=1e-4)  # m = Q0 + Delta/2 at the threshold
+    above = zero[zero["task.alpha"] > thr.alpha]
+    assert len(above) >= 3 and set(above["method"]) <= {"lambda_zero", "failed"}
+    assert (above.loc[above["converged"], "test_error"] < at_thr["test_error"].iloc[0]).all()
+
+
+def test_lambda_zero_runs_against_the_lambda_zero_fixed_point(fake_tied_outputs, fake_claims):
+    """state_evolution_point at lambda = 0 (kappa = 1, alpha = 0.3, above alpha_interp): the records' seed mean
+    against the lambda = 0 fixed point solved here (erm_state_evolution at lambda = 0, one alpha, the smoke rule;
+    ill-conditioned, so to 2e-3 relative), the claim naming what the theory is."""
+    from attnrepro.theory.erm_curve import erm_state_evolution
+
+    (rec,) = [r for r in _records(fake_tied_outputs, "tied_interpolation_peak") if r["config"]["model"]["lam"] == 0]
+    alpha = rec["config"]["task"]["alpha"]
+    points = _smoke_settings(fake_tied_outputs).state_evolution.lambda_zero_points["smoke"]
+    th = erm_state_evolution([alpha], 0.0, kappa=1.0, kappa0=0.5, T=2, Delta=0.5, points=points)[0]
+    assert th["converged"] and th["method"] == "lambda_zero"
+    claim = _claim(fake_claims, f"tied_error_vs_alpha/state_evolution_point/metric=test_error,kappa=1,Delta=0.5,"
+                                f"lam=0,alpha={alpha:g}")
+    expected = np.mean(rec["metrics"]["test_error"]) / th["test_error"] - 1
+    assert claim["measured"] == pytest.approx(expected, rel=2e-3)
+    assert f"Sobol' 2^{points}" in claim["detail"] and "λ → 0⁺" in claim["detail"]

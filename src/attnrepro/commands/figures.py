@@ -9,7 +9,8 @@ whose table and code did not change since its last rendering is not drawn again.
 given, must match the profile the tables were aggregated for. Exit status 1 when a figure, its
 estimates or its claims could not be computed, or claim ids are missing or repeated (the report
 still lists it). wandb=true also logs every figure and the claims table to one W&B run (job_type
-report). refresh_reference=true makes this run's claims.csv the profile's reference (commit it).
+report). refresh_reference=true makes this run's claims.csv the profile's reference (commit it); with figures=, only
+those figures' rows are replaced.
 """
 
 from __future__ import annotations
@@ -56,14 +57,23 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
 
 
 def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
+    """This run's claims become the profile's reference: all of it, or with figures= those figures' rows (the
+    other figures' reference rows are kept)."""
+    import pandas as pd
+
+    from attnrepro.jobs.records import atomic_write
     from attnrepro.report.claims_diff import reference_path
 
-    if figures or not profile or report.errors:
-        raise UsageError("refresh_reference needs every figure, rendered without errors, of a known profile")
+    if not profile or report.errors:
+        raise UsageError("refresh_reference needs figures rendered without errors, of a known profile")
     path = reference_path(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    report.claims.to_csv(path, index=False)
-    print(f"reference claims of profile {profile}: {path} ({len(report.claims)} claims); commit it")
+    claims = report.claims
+    if figures and path.exists():
+        kept = pd.read_csv(path)
+        claims = pd.concat([kept[~kept["figure"].isin(figures)], claims], ignore_index=True)
+    atomic_write(path, lambda f: claims.to_csv(f, index=False), newline="")
+    print(f"reference claims of profile {profile}: {path} ({len(claims)} claims"
+          + (f", those of {', '.join(figures)} from this run" if figures else "") + "); commit it")
 
 
 def main(argv: list[str]) -> int:

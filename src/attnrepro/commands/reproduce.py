@@ -209,14 +209,15 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"unknown experiments {unknown}; known: {experiments()}")
     if args["launcher"]:
         args["launcher_params"] = launcher_params(args["launcher"], hydra_overrides)
-    from attnrepro.jobs.lifetime import Busy, OutputsLock, die_with_parent
+    from attnrepro.jobs.lifetime import Busy, OutputsLock, die_with_parent, meant_to_outlive_its_shell
 
     try:
         folder = OutputsLock(outputs).acquire()
     except Busy as e:
         raise UsageError(str(e)) from None
     _Worker.lock_fd = folder.fd
-    die_with_parent()
+    if not meant_to_outlive_its_shell():
+        die_with_parent()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)
     try:

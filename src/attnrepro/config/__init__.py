@@ -185,6 +185,9 @@ def _checks(cfg: Any) -> List[str]:
     need(all(math.isfinite(v) and v >= 0 for v in (train.tol, train.tol_grad, train.tol_move)), "train.tol",
          f"tolerances must be finite and >= 0, got tol={train.tol}, tol_grad={train.tol_grad}, "
          f"tol_move={train.tol_move}")
+    need(train.name != "one_step" or train.steps == 1, "train.steps",
+         f"train=one_step is paper A's one gradient step, got steps={train.steps} (more steps: train=gd "
+         "train.steps=N, a fixed-step protocol)")
     if train.optimizer is not Optimizer.apg:  # a trained run (apg: the exact-fit solver's own test)
         need(train.fixed_steps != (train.tol_grad > 0), "train.tol_grad",
              f"a trained run needs a stopping test, tol_grad > 0, or train.fixed_steps=true where a fixed number "

@@ -35,6 +35,30 @@ class StateEvolutionSettings:
     # alphas beyond the experiment's grid for its curves at lambda <= 0.01 (the peak of the test error)
     extra_alpha: Dict[str, List[float]] = field(
         default_factory=lambda: {"tied_interpolation_peak": [0.22, 0.26, 0.28, 0.3, 0.34]})
+    # The lambda -> 0+ curves (Delta > 0) whose branch above alpha_interp is drawn (kappa >= the learned rank at
+    # alpha_interp): the rule's log2 size per profile there (the lambda = 0 fixed point is ill-conditioned: at 2^12
+    # it is qualitative between alpha_interp + 0.01 and 0.3, at 2^14 within 0.022 of 2^18, at 2^16 within ~3e-3;
+    # docs/state_evolution.md), and alpha_interp (1 + c) for these c, which resolve the cusp at alpha_interp (none
+    # at 1 + 1e-3: Sigma ~ 1e7 there, and at 2^14 the root finder stalls at |r| ~ 1e-5 after 100 s).
+    lambda_zero_points: Dict[str, int] = field(default_factory=lambda: {"smoke": 10, "quick": 14, "paper": 16})
+    cusp: List[float] = field(default_factory=lambda: [-0.01, -0.001, 0.0, 0.01, 0.03])
+
+
+@dataclass
+class OptimalLambdaSettings:
+    """tied_factorized_vs_direct's theory: each student's state evolution at the lambda that minimises its test
+    error (theory.direct_state_evolution.optimal_lambda_curve: log lambda searched on lam_bounds to xatol), at
+    the experiment's alphas and at these, per profile (a finer grid for the lines), with the output channel's
+    Sobol' rule of 2^points nodes per profile (at 2^10 the optimal test errors are within 0.003 of 2^12's at
+    kappa = 0.5, alpha = 0.05 ... 0.4, and the direct/factorized ratio is >= 1.05 from alpha = 0.05 on; 2^12 costs
+    about four times as much: 205 s for both students at 7 alphas on one core)."""
+
+    alphas: Dict[str, List[float]] = field(default_factory=lambda: {
+        "smoke": [], "quick": [0.025, 0.075, 0.125, 0.175, 0.225, 0.35, 0.5],
+        "paper": [0.025, 0.075, 0.125, 0.175, 0.225, 0.35, 0.5, 0.8]})
+    points: Dict[str, int] = field(default_factory=lambda: {"smoke": 8, "quick": 10, "paper": 12})
+    lam_bounds: List[float] = field(default_factory=lambda: [1e-4, 30.0])
+    xatol: float = 0.05
 
 
 @dataclass
@@ -65,3 +89,4 @@ class TheoryConfig:
     bayes: BayesSettings = field(default_factory=BayesSettings)
     state_evolution: StateEvolutionSettings = field(default_factory=StateEvolutionSettings)
     scaling_laws: ScalingLawSettings = field(default_factory=ScalingLawSettings)
+    optimal_lambda: OptimalLambdaSettings = field(default_factory=OptimalLambdaSettings)

@@ -2,7 +2,9 @@
 
 die_with_parent() asks Linux to send this process SIGTERM when its parent dies (prctl
 PR_SET_PDEATHSIG; elsewhere it does nothing), so that `kill -9` of `make reproduce-figures` takes
-`reproduce`, its sweep workers and its theory workers with it. OutputsLock is an exclusive flock on
+`reproduce`, its sweep workers and its theory workers with it. `nohup attnrepro reproduce ... &` is
+meant to outlive its shell: under nohup (SIGHUP ignored) `reproduce` itself does not die with its
+parent, its workers still die with it. OutputsLock is an exclusive flock on
 <outputs>/.reproduce.lock, held by `reproduce` and inherited by its sweep workers: the kernel releases
 it when the last of them exits (even by kill -9), so a second `reproduce` on the same folder never
 races a running one, or its orphans.
@@ -27,13 +29,14 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            return False
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-    if os.getppid() == 1:  # the parent died before the call: nobody will signal us
-        os.kill(os.getpid(), sig)
-    return True
+
+
+def meant_to_outlive_its_shell() -> bool:
+    """Whether this process was started to survive its parent (nohup: SIGHUP ignored)."""
+    return signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
 
 
 class Busy(RuntimeError):

@@ -139,31 +139,58 @@ def _se_params(point: Mapping) -> dict | None:
 
 def _se_settings(settings) -> dict:
     se = settings.state_evolution
-    return {**{k: se[k] for k in se if k != "points"}, "points": _points(settings)}
+    return {**{k: se[k] for k in se if k not in ("points", "lambda_zero_points")}, "points": _points(settings),
+            "lambda_zero_points": _points(settings, "lambda_zero_points")}
 
 
-def _points(settings) -> int:
+def _points(settings, which: str = "points") -> int:
     """log2 of the Gaussian rule's size for the profile (the largest one for a profile not listed)."""
-    table = settings.state_evolution.points
+    table = settings.state_evolution[which]
     return int(table.get(settings.profile.name, max(table.values())))
+
+
+@functools.lru_cache(maxsize=32)
+def _threshold(kappa0: float, T: int, Delta: float):
+    """interpolation_threshold of the Wishart target of ratio kappa0 (the state evolution's own: same defaults)."""
+    return interpolation_threshold(MarchenkoPastur(kappa0), T, Delta)
+
+
+def branch_above_drawn(params: Mapping) -> bool:
+    """A lambda -> 0+ curve (Wishart, Delta > 0) whose branch above alpha_interp is drawn: the student's width holds
+    the learned rank at alpha_interp (kappa >= rank there; the rank grows with alpha above it, measured 0.583 at
+    alpha_interp to 0.656 at alpha = 0.4 for kappa0 = 0.5, Delta = 0.5, so a narrower student is outside the
+    state evolution's validity on the whole branch)."""
+    if params["task.target"] != "wishart" or not params["task.Delta"] > 0 or params["model.lam"] != 0:
+        return False
+    return float(params["model.kappa"]) >= _threshold(float(params["task.kappa0"]), int(params["task.T"]),
+                                                      float(params["task.Delta"])).rank
 
 
 def _se_compute(params: dict, settings, points: int | None = None, resolution: float = 0.0,
                 descending: bool = False) -> Columns:
     """The fixed point at every alpha of the job (ascending, or from the largest down when `descending`,
     each warm-started from the previous converged ones); a point that fails is a row with converged =
-    False and its reason. points: the Sobol' rule's log2 size (default: the profile's); resolution: the
-    power-law atoms' merging."""
+    False and its reason. points: the Sobol' rule's log2 size (default: the profile's, or its
+    lambda_zero_points for a lambda -> 0+ curve whose branch above alpha_interp is drawn: branch_above_drawn;
+    a column rule_points says which); resolution: the power-law atoms' merging."""
     from attnrepro.theory.erm_curve import erm_state_evolution
 
     se = settings.state_evolution
+    if points is None:
+        points = _points(settings, "lambda_zero_points" if branch_above_drawn(params) else "points")
     rows = erm_state_evolution(
         params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
         Delta=float(params["task.Delta"]), target=params["task.target"], kappa0=params.get("task.kappa0", 0.5),
         d=params.get("task.d"), gamma=params.get("task.gamma", 1.0), beta=float(params["model.beta"]),
-        beta0=float(params["task.beta0"]), rule=se.rule, points=points or _points(settings), seed=se.seed,
+        beta0=float(params["task.beta0"]), rule=se.rule, points=points, seed=se.seed,
         tol=se.tol, max_evals=se.max_evals, nodes=se.nodes, resolution=resolution,
         descending=descending, log=lambda line: print(line, flush=True))
+    return {**_columns(rows), "rule_points": [int(points)] * len(rows)}
+
+
+def _columns(rows: list[dict]) -> Columns:
+    """A state-evolution curve's rows as columns (a row without a field: NaN), alpha as task.alpha, without lam
+    (a parameter of the job)."""
     columns = sorted({k for r in rows for k in r})
     out = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     out["task.alpha"] = out.pop("alpha")
@@ -179,11 +206,123 @@ STATE_EVOLUTION = TheoryCurve(
 
 
 def _se_also(p: dict, experiment: str, settings) -> list[dict]:
-    """The Wishart curves (the interpolation figures) get their lambda -> 0+ limit too, and the curves at
-    lambda <= 0.01 the settings' extra alphas of the experiment (where the peak of the test error lies)."""
+    """The Wishart curves (the interpolation figures) get their lambda -> 0+ limit too, the curves at
+    0 < lambda <= 0.01 the settings' extra alphas of the experiment (where the peak of the test error lies), and
+    the lambda -> 0+ curves whose branch above alpha_interp is drawn the points alpha_interp (1 + c), c in the
+    settings' cusp (where that curve peaks)."""
     out = [{**p, "model.lam": 0.0}] if p["task.target"] == "wishart" else []
     extra = settings.state_evolution.extra_alpha.get(experiment, []) if p["model.lam"] <= 0.01 else []
-    return out + [{**q, "task.alpha": float(a)} for q in [p, *out] for a in extra]
+    more = [{**q, "task.alpha": float(a)} for q in [p, *out] if q["model.lam"] > 0 for a in extra]
+    return out + more + [{**q, "task.alpha": a} for q in [p, *out] for a in _cusp_alphas(q, settings)]
+
+
+def _cusp_alphas(params: Mapping, settings) -> list[float]:
+    """alpha_interp (1 + c) for c in the settings' cusp, for a lambda -> 0+ curve whose branch above is drawn."""
+    if not branch_above_drawn(params):
+        return []
+    a0 = _threshold(float(params["task.kappa0"]), int(params["task.T"]), float(params["task.Delta"])).alpha
+    return [a0 if c == 0 else a0 * (1 + float(c)) for c in settings.state_evolution.cusp]
+
+
+# ---------------------------------------------------------------- the direct student (tied_factorized_vs_direct)
+
+SE_MODEL = ("task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta")  # a student's parameters but lambda
+
+
+def _direct_params(point: Mapping) -> dict | None:
+    """Direct seq2lab Wishart points at lambda > 0. lambda = 0 is left out: below alpha_interp^direct = 1/4 the
+    minimisers of the direct loss form an affine set (L-BFGS from A(0) ~ N(0, 1) stops at an interpolator near its
+    start, not at the minimum-norm lambda -> 0+ limit), and just above it the lambda = 0 fixed point is not
+    found (docs/state_evolution.md, "The direct student")."""
+    if (point["task.target"] != "wishart" or point["task.output"] != "seq2lab" or point["model.param"] != "direct"
+            or not point["model.lam"] > 0):
+        return None
+    return {**_target_params(point), **{k: point[k] for k in (*SE_MODEL, "model.lam", "task.alpha")}}
+
+
+def _rule_settings(settings) -> dict:
+    """The output channel's rule and the root finder's settings (the direct student needs no free convolution)."""
+    se = settings.state_evolution
+    return {"rule": se.rule, "points": _points(settings), "seed": se.seed, "tol": se.tol, "max_evals": se.max_evals}
+
+
+def _direct_compute(params: dict, settings) -> Columns:
+    """theory.direct_state_evolution at every alpha of the job (ascending, each warm-started from the previous);
+    a point that fails is a row with converged = False and its reason."""
+    from attnrepro.theory.direct_state_evolution import direct_state_evolution
+
+    se = settings.state_evolution
+    rows = direct_state_evolution(
+        params["task.alpha"], float(params["model.lam"]), kappa=float(params["model.kappa"]), T=int(params["task.T"]),
+        Delta=float(params["task.Delta"]), kappa0=float(params["task.kappa0"]), beta=float(params["model.beta"]),
+        beta0=float(params["task.beta0"]), rule=se.rule, points=_points(settings), seed=se.seed, tol=se.tol,
+        max_evals=se.max_evals, log=lambda line: print(line, flush=True))
+    return _columns(rows)
+
+
+DIRECT_STATE_EVOLUTION = TheoryCurve(
+    name="direct_state_evolution", experiments=("tied_factorized_vs_direct",), keys=STATE_EVOLUTION.keys,
+    params=_direct_params, compute=_direct_compute, settings=_rule_settings, sweep="task.alpha")
+
+
+# ---------------------------------------------------------------- both students at their optimal lambda
+
+STUDENTS = ("factorized", "direct")
+
+
+def _optimal_params(point: Mapping) -> dict | None:
+    """A seq2lab Wishart point without lambda (optimised); the students are added by _optimal_expand."""
+    if point["task.target"] != "wishart" or point["task.output"] != "seq2lab":
+        return None
+    return {**_target_params(point), **{k: point[k] for k in (*SE_MODEL, "task.alpha")}}
+
+
+def _optimal_also(p: dict, experiment: str, settings) -> list[dict]:
+    """The settings' finer alphas of the profile."""
+    return [{**p, "task.alpha": float(a)} for a in settings.optimal_lambda.alphas.get(settings.profile.name, [])]
+
+
+def _optimal_expand(p: dict, settings) -> list[dict]:
+    return [{**p, "model.param": model} for model in STUDENTS]
+
+
+def _optimal_points(settings) -> int:
+    table = settings.optimal_lambda.points
+    return int(table.get(settings.profile.name, max(table.values())))
+
+
+def _optimal_settings(settings) -> dict:
+    ol = settings.optimal_lambda
+    return {**_rule_settings(settings), "points": _optimal_points(settings), "nodes": settings.state_evolution.nodes,
+            "lam_bounds": list(ol.lam_bounds), "xatol": ol.xatol}
+
+
+def _optimal_compute(params: dict, settings) -> Columns:
+    """theory.direct_state_evolution.optimal_lambda_curve for the job's student (model.param) at every alpha: the
+    state-evolution row at lambda* = argmin over log lambda of its test error (lam_star; the factorized student
+    only where valid, kappa >= rank: validity_bound marks a lambda* at the edge of the valid region), with the
+    bracket (lam_lo, lam_hi), the number of lambdas solved (solves) and the failed ones (failures)."""
+    from attnrepro.theory.direct_state_evolution import optimal_lambda_curve
+
+    se, ol = settings.state_evolution, settings.optimal_lambda
+    rows = optimal_lambda_curve(
+        params["model.param"], params["task.alpha"], kappa=float(params["model.kappa"]), T=int(params["task.T"]),
+        Delta=float(params["task.Delta"]), kappa0=float(params["task.kappa0"]), beta=float(params["model.beta"]),
+        beta0=float(params["task.beta0"]), rule=se.rule, points=_optimal_points(settings), seed=se.seed, tol=se.tol,
+        max_evals=se.max_evals, nodes=se.nodes, lam_bounds=tuple(ol.lam_bounds), xatol=ol.xatol,
+        log=lambda line: print(line, flush=True))
+    for r in rows:
+        r["lam_lo"], r["lam_hi"] = r.pop("bracket")
+        r["solves"] = len(r.pop("lams"))
+        del r["test_errors"], r["model"]
+    return _columns(rows)
+
+
+OPTIMAL_LAMBDA = TheoryCurve(
+    name="optimal_lambda", experiments=("tied_factorized_vs_direct",),
+    keys=(*TASK, "task.beta0", "task.output", "task.alpha", "model.kappa", "model.beta"), params=_optimal_params,
+    compute=_optimal_compute, settings=_optimal_settings, sweep="task.alpha", also=_optimal_also,
+    expand=_optimal_expand)
 
 
 # ---------------------------------------------------------------- scaling laws at large d
@@ -233,5 +372,6 @@ SCALING = TheoryCurve(
     params=_scaling_params, compute=_scaling_compute, settings=_scaling_settings, expand=_scaling_expand)
 
 
-CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT, SCALING)
+CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT, SCALING, DIRECT_STATE_EVOLUTION,
+                                  OPTIMAL_LAMBDA)
 

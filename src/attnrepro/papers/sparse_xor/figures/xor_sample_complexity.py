@@ -206,7 +206,9 @@ def plot(table: pd.DataFrame, estimates: pd.DataFrame):
         ax.axhline(LEVEL, color="0.5", ls=":", lw=0.8)
         ax.set(xscale="log", xlabel="n (samples)", ylabel="success rate", ylim=(-0.03, 1.03),
                title=f"{PROTOCOLS[protocol]}, {ARM_LABEL[arm]}")
-        if ax.lines:
+        if rates.empty:
+            no_data(ax, "no finished seeds")
+        else:
             ax.legend(fontsize=6)
     ax = axes[len(families)]
     items = [(f"{PROTOCOLS[p]}, {ARM_LABEL[arm]}", read_crossings(estimates, _curve(p, "success", arm), N, LEVEL),
@@ -289,8 +291,10 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
             c = read_crossings(estimates, _curve(protocol, success), N, LEVEL)
             claim = slope_claim(
                 FIGURE, claim_key("n50_exponent_trained", optimizer=opt, success=success),
-                f"paper A: trained to convergence ({opt}) on n samples, the samples needed grow about linearly "
-                f"in d: n_50 ~ d^c with c in [{lo:g}, {hi:g}] (success = {measure}; {_span(c)})",
+                f"paper A (as its summary reports it; the paper's protocol - m, step size, steps, success - is "
+                f"unknown here): trained to convergence on n samples, the samples needed grow about linearly in d; "
+                f"tested with {opt} at m = ceil(log2(d)^2) as n_50 ~ d^c with c in [{lo:g}, {hi:g}] (our reading "
+                f"of 'about linearly'; success = {measure}; {_span(c)})",
                 c, "power", lambda v: lo <= v <= hi)
             out.append(replace(claim, detail=claim.detail + note, holds=claim.holds and worst <= MAX_LEFT_OUT))
     one = read_crossings(estimates, _curve("one_step", "success"), N, LEVEL)

@@ -3,19 +3,23 @@ simulations, and the interpolation peak.
 
 State evolution: per grid point with a converged, valid theory value and at least two converged
 seeds, the relative deviation (sim - theory)/theory of the seed mean (:func:`se_deviations`); a
-point holds within SE_LEVEL + 2 s.e. of the seeds. Peak: the alpha of the interior maximum of the
-simulated test error against the state evolution's (its bootstrap interval is an estimate of the
-figure, "peak").
+point holds within SE_LEVEL + 2 s.e. of the seeds. The points compared are lambda > 0, and lambda = 0
+above alpha_interp, where the lambda -> 0+ limit is the fixed point at lambda = 0 (:func:`compared_theory`).
+Peak: the alpha of the interior maximum of the simulated test error at 0 < lambda <= PEAK_LAMBDA against
+the state evolution's (its bootstrap interval is an estimate of the figure, "peak"); and, theory-internal,
+the lambda -> 0+ curve's peak against alpha_interp (:func:`lambda_zero_peak_claims`).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from attnrepro.papers.tied_attention.figures.common import (
     ERROR_VS_ALPHA,
+    INTERP_CURVE,
     RECOVERY_LEVEL,
     SE_CURVE,
     at,
@@ -42,13 +46,31 @@ def ridgeless(table: pd.DataFrame) -> pd.DataFrame:
     return at(series.simulation(table), task_Delta=0.0, model_lam=0.0)
 
 
-def theory_se(table: pd.DataFrame) -> pd.DataFrame:
-    """The converged, valid rows of the ERM state evolution at lambda > 0."""
+def theory_se(table: pd.DataFrame, curve: str = SE_CURVE) -> pd.DataFrame:
+    """The converged, valid rows of a state-evolution curve (default the factorized ERM's) that runs are compared
+    with (compared_theory)."""
     th = series.theory(table)
     if th.empty or "curve" not in th:
         return th
-    th = th[(th["curve"] == SE_CURVE) & th["converged"].astype(bool)]
-    return th[th["valid"].astype("boolean").fillna(False).astype(bool) & (th["model.lam"] > 0)]
+    th = th[(th["curve"] == curve) & th["converged"].astype("boolean").fillna(False).astype(bool)]
+    return th[th["valid"].astype("boolean").fillna(False).astype(bool) & compared_theory(th)]
+
+
+def compared_theory(th: pd.DataFrame) -> pd.Series:
+    """The theory rows a simulation at the same point is compared with: lambda > 0, and lambda = 0 where the
+    lambda -> 0+ limit is the fixed point at lambda = 0 (method lambda_zero: above alpha_interp, Delta > 0), whose
+    minimisers form a bounded set that L-BFGS reaches. Not the other lambda -> 0+ rows: below alpha_interp the
+    limit is the minimum-nuclear-norm interpolator, and a lambda = 0 run stops at whichever interpolator its
+    optimiser finds (AIM-2025's Adam runs)."""
+    method = th["method"] if "method" in th else pd.Series("", index=th.index)
+    return (th["model.lam"] > 0) | ((th["model.lam"] == 0) & (method == "lambda_zero"))
+
+
+def peak_runs(sim: pd.DataFrame) -> pd.DataFrame:
+    """The converged kappa = 1 runs at 0 < lambda <= PEAK_LAMBDA (the interpolation peaks compared; the lambda = 0
+    runs lie above alpha_interp only)."""
+    wide = at(series.converged(series.simulation(sim)), model_kappa=1.0)
+    return wide[(wide["model.lam"] > 0) & (wide["model.lam"] <= PEAK_LAMBDA)]
 
 
 def _init_error(table: pd.DataFrame) -> float:
@@ -78,14 +100,14 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                              "at (2κ0 - κ0²)/(T² + T - 2) = 0.1875)", star, lambda v: 0.15 <= v <= 0.25,
                      interval(lo, hi, "95% seed-bootstrap CI"),
                      f"log-error interpolated linearly in α; seed means: {listing(x, y)}", key="ridgeless_crossing"))
-    return out + state_evolution_claims(table) + peak_claims(table, estimates)
+    return out + state_evolution_claims(table) + peak_claims(table, estimates) + lambda_zero_peak_claims(table)
 
 
-def se_deviations(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (kappa, Delta, lambda, alpha, metric) with a converged, valid theory point and at least two
+def se_deviations(table: pd.DataFrame, curve: str = SE_CURVE) -> pd.DataFrame:
+    """Per (kappa, Delta, lambda, alpha, metric) with a converged, valid theory point of `curve` and at least two
     converged seeds: theory, simulation mean and s.e. over the converged seeds, relative deviation
     (sim - theory)/theory, d, and the seeds left out as unconverged."""
-    sim, th = series.simulation(table), theory_se(table)
+    sim, th = series.simulation(table), theory_se(table, curve)
     cols = [*KEYS, "metric", "theory", "sim", "se", "dev", "d", "left_out"]
     if th.empty or sim.empty:
         return pd.DataFrame(columns=cols)
@@ -123,7 +145,7 @@ def state_evolution_claims(table: pd.DataFrame) -> list[Claim]:
                                       f"holds within {SE_LEVEL:.0%} + 2 s.e.)", r["dev"], lambda v, r=r: rule(r),
                               f"± {fmt(abs(r['se'] / r['theory']))} (seed s.e., relative)",
                               f"theory {fmt(r['theory'])}, simulation {fmt(r['sim'])}; unconverged seeds left out: "
-                              f"{int(r['left_out'])}",
+                              f"{int(r['left_out'])}" + _lambda_zero_note(table, r),
                               key=claim_key("state_evolution_point", metric=metric, kappa=kappa, Delta=delta,
                                             lam=lam, alpha=r["task.alpha"])) for _, r in m.iterrows()]
             else:
@@ -137,6 +159,63 @@ def state_evolution_claims(table: pd.DataFrame) -> list[Claim]:
                                  key=claim_key("state_evolution_every_alpha", metric=metric, kappa=kappa,
                                                Delta=delta, lam=lam)))
     return out + _median_claims(table, dev)
+
+
+def _lambda_zero_note(table: pd.DataFrame, point: pd.Series) -> str:
+    """At lambda = 0: what the theory is there (the lambda -> 0+ limit above alpha_interp) and its rule."""
+    if point["model.lam"] != 0:
+        return ""
+    th = at(theory_se(table), model_kappa=point["model.kappa"], task_Delta=point["task.Delta"], model_lam=0.0,
+            task_alpha=point["task.alpha"])
+    rule = f"2^{int(th['rule_points'].iloc[0])}" if len(th) and "rule_points" in th else "?"
+    return ("; theory: the λ → 0⁺ limit above α_interp, the fixed point at λ = 0 (ill-conditioned: Sobol' "
+            f"{rule} here; 2^14 is within 0.022 of 2^18 in the test error, 2^16 within ~3e-3); runs: L-BFGS to a "
+            "minimiser at λ = 0")
+
+
+def lambda_zero_peak_claims(table: pd.DataFrame) -> list[Claim]:
+    """Per (kappa, Delta) whose lambda -> 0+ curve has a converged, valid branch above alpha_interp (method
+    lambda_zero): the alpha of the curve's largest test error against alpha_interp of interpolation_threshold, a
+    theory-internal check (Cor. 3.2: the lambda -> 0+ test error peaks at alpha_interp); holds when the peak is
+    alpha_interp or the curve's nearest alpha to it."""
+    th = series.theory(table)
+    if th.empty or "curve" not in th:
+        return []
+    zero = th[(th["curve"] == SE_CURVE) & (th["model.lam"] == 0) & th["converged"].astype("boolean").fillna(False)
+              & th["valid"].astype("boolean").fillna(False)]
+    out = []
+    for (kappa, delta), c in zero.groupby(["model.kappa", "task.Delta"], sort=True):
+        a0 = _interp_alpha(th, kappa, delta)
+        if not (c["method"] == "lambda_zero").any() or not math.isfinite(a0):
+            continue
+        c = c.sort_values("task.alpha")
+        alphas, te = c["task.alpha"].to_numpy(float), c["test_error"].to_numpy(float)
+        peak = float(alphas[te.argmax()])
+        spacing = float(np.min(np.abs(alphas[alphas != a0] - a0))) if (alphas != a0).any() else NAN
+        out.append(judge(FIGURE, f"κ = {kappa:g}, Δ = {delta:g}: the λ → 0⁺ state evolution's test error peaks at "
+                                 "α_interp (Cor. 3.2; a theory-internal check: the curve's largest test error against "
+                                 "interpolation_threshold's α_interp; measured: (α_peak - α_interp)/α_interp; holds "
+                                 "when the peak is α_interp or the curve's nearest α to it)", (peak - a0) / a0,
+                         lambda v, s=spacing, a0=a0: abs(v) * a0 <= s * (1 + 1e-9),
+                         f"nearest α on the curve {fmt(spacing / a0)} α_interp away",
+                         f"α_interp = {fmt(a0, 6)}, peak at α = {fmt(peak, 6)} (test error {fmt(float(te.max()), 4)}); "
+                         f"curve: {listing(alphas, te)}" + _failed_note(th, kappa, delta),
+                         key=claim_key("lambda_zero_peak", kappa=kappa, Delta=delta)))
+    return out
+
+
+def _interp_alpha(th: pd.DataFrame, kappa: float, delta: float) -> float:
+    """alpha_interp of the interpolation_threshold row at (kappa, Delta) (NaN without one)."""
+    rows = th[th["curve"] == INTERP_CURVE]
+    rows = at(rows, model_kappa=kappa, task_Delta=delta) if len(rows) else rows
+    return float(rows["alpha_interp"].iloc[0]) if len(rows) else NAN
+
+
+def _failed_note(th: pd.DataFrame, kappa: float, delta: float) -> str:
+    """'; not solved (left out): α = a, ...' for the lambda -> 0+ curve's failed points at (kappa, Delta)."""
+    c = at(th[(th["curve"] == SE_CURVE)], model_kappa=kappa, task_Delta=delta, model_lam=0.0)
+    bad = c[~c["converged"].astype("boolean").fillna(False).astype(bool)]
+    return f"; not solved (left out): α = {', '.join(f'{a:g}' for a in bad['task.alpha'])}" if len(bad) else ""
 
 
 def left_out_points(table: pd.DataFrame) -> tuple[int, int]:
@@ -156,7 +235,8 @@ def _median_claims(table: pd.DataFrame, dev: pd.DataFrame) -> list[Claim]:
     """The median deviation per d, saying what was left out (theory points, unconverged seeds, points
     without two converged seeds)."""
     th = series.theory(table)
-    th = th[(th["curve"] == SE_CURVE) & (th["model.lam"] > 0)] if "curve" in th else th
+    th = th[th["curve"] == SE_CURVE] if "curve" in th else th
+    th = th[compared_theory(th)] if len(th) else th
     conv = th["converged"].astype(bool) if len(th) else th
     left_out = (f"theory points left out: {int((~conv).sum())} not converged (reasons in the records), "
                 f"{int((conv & ~th['valid'].astype('boolean').fillna(False).astype(bool)).sum())} outside "
@@ -183,7 +263,8 @@ def peak_claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
     smallest lambda (seeds with a run at every lambda)."""
     out, sim, th = [], series.converged(series.simulation(table)), theory_se(table)
     wide = at(sim, model_kappa=1.0)
-    for (delta, lam), t in wide[wide["model.lam"] <= PEAK_LAMBDA].groupby(["task.Delta", "model.lam"], sort=True):
+    wide = wide[wide["model.lam"] > 0]  # the cross-validated lambda below chooses among lambda > 0 as before
+    for (delta, lam), t in peak_runs(table).groupby(["task.Delta", "model.lam"], sort=True):
         keys = {"model.kappa": 1.0, "task.Delta": delta, "model.lam": lam}
         if est.select(estimates, "peak", **keys).empty:
             continue
