@@ -196,7 +196,8 @@ def case_tied_authors(d: int = 200, steps: int = 1000) -> dict:
     from attnrepro.seeding import replica_generators
 
     base = ["task=attention_indexed", "model=tied_factorized", "train=adam_fullbatch", f"task.d={d}", "task.T=2",
-            "task.alpha=0.21", "model.kappa=0.5", f"train.steps={steps}", "train.tol=0", "train.tol_grad=0"]
+            "task.alpha=0.21", "model.kappa=0.5", f"train.steps={steps}", "train.tol=0", "train.tol_grad=0",
+            "train.fixed_steps=true"]
     per_seed = {}
     for seeds in (1, 4):
         cfg, _, rec = pipeline_job([*base, f"n_seeds={seeds}"])
