@@ -358,3 +358,22 @@ def test_each_impossible_request_on_the_real_cluster(kind):
         assert state.state == "PENDING" and state.reason in ("PartitionConfig", "PartitionTimeLimit"), state
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=10)
+
+
+def test_an_id_reused_by_another_job_is_not_the_ledgers_task(tmp_path):
+    """After a cluster's state is reset, SLURM numbers jobs from 1 again: a ledger's id that now names another
+    job (its batch script outside the submission's submitit folder) is not attached to, nor waited for."""
+    from attnrepro.jobs import slurm
+
+    ours, other = tmp_path / "slurm" / "sweep", tmp_path / "elsewhere"
+    slurm._record(tmp_path, slurm.Submission(array="12", kind="train", experiment="e", tasks=[["k1", "k2"]],
+                                             folder=str(ours), submitted=time.time() - 3600, ids=["12"]))
+
+    def queue(folder):
+        def run(cmd):
+            return f"12|RUNNING|None|{folder}/.submission_file_abc.sh\n" if cmd[0] == "squeue" else ""
+        return run
+
+    assert slurm.in_flight(tmp_path, ["k1", "k2"], run=queue(ours)) == {"k1": "12", "k2": "12"}
+    assert slurm.in_flight(tmp_path, ["k1", "k2"], run=queue(other)) == {}
+    assert parse_queue(f"12|RUNNING|None|{ours}/x.sh\n", "squeue")["12"].command == f"{ours}/x.sh"

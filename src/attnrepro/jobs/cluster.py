@@ -362,12 +362,14 @@ FINISHED_STATES = frozenset({
 @dataclass(frozen=True)
 class TaskState:
     """One job or array task: its id ("123" or "123_4"), state (PENDING, RUNNING, COMPLETED, ...; UNKNOWN
-    when neither squeue nor sacct has it), reason ("" when none) and which command said so."""
+    when neither squeue nor sacct has it), reason ("" when none), which command said so, and its batch
+    script's path where squeue gave it ("" otherwise: whose job an id is, after a cluster reset reused it)."""
 
     job_id: str
     state: str
     reason: str = ""
     source: str = "squeue"
+    command: str = ""
 
     @property
     def hopeless(self) -> bool:
@@ -393,7 +395,7 @@ def _expand_ids(job_id: str) -> list[str]:
 
 
 def parse_queue(text: str, source: str) -> dict[str, TaskState]:
-    """Lines "JobID|State|Reason" (``squeue -h -r -t all -o '%i|%T|%r'`` or ``sacct -n -P -X -o
+    """Lines "JobID|State|Reason[|Command]" (``squeue -h -r -t all -o '%i|%T|%r|%o'`` or ``sacct -n -P -X -o
     JobID,State,Reason``) as {task id: TaskState}; job steps (123.batch) are left out, array ranges
     expanded, "CANCELLED by 0" read as CANCELLED and reason "None" as ""."""
     out = {}
@@ -404,8 +406,9 @@ def parse_queue(text: str, source: str) -> dict[str, TaskState]:
         state = fields[1].split()[0] if fields[1].split() else "UNKNOWN"
         reason = fields[2].strip() if len(fields) > 2 else ""
         reason = "" if reason in ("None", "(null)") else reason
+        command = fields[3].strip() if len(fields) > 3 else ""
         for task in _expand_ids(fields[0]):
-            out[task] = TaskState(task, state, reason, source)
+            out[task] = TaskState(task, state, reason, source, command)
     return out
 
 
@@ -417,7 +420,7 @@ def queue_state(job_ids: Iterable[Union[str, int]], run: Runner = run_command) -
     if not ids:
         return {}
     try:
-        out = parse_queue(run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"]),
+        out = parse_queue(run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%o"]),
                           "squeue")
     except ClusterError:
         out = {}

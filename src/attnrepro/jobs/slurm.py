@@ -94,11 +94,19 @@ def submissions(outputs: str | Path) -> list[Submission]:
     return out
 
 
+def _ours(st: cluster.TaskState | None, sub: Submission) -> cluster.TaskState | None:
+    """st, unless its batch script lies outside sub's submitit folder: then the id is another job's (a cluster
+    whose state was reset numbers its jobs from 1 again), and sub's task is gone (None)."""
+    if st is None or not st.command or not sub.folder:
+        return st
+    return st if st.command.startswith(str(Path(sub.folder)) + "/") else None
+
+
 def _live(states: dict[str, cluster.TaskState], sub: Submission, now: float) -> dict[str, cluster.TaskState]:
     """The tasks of sub that are queued or running (UNKNOWN counts as live just after submission)."""
     out = {}
     for tid in sub.ids:
-        st = states.get(tid) or states.get(sub.array)
+        st = _ours(states.get(tid) or states.get(sub.array), sub)
         if st is None:
             continue
         if not st.finished and (st.state != "UNKNOWN" or now - sub.submitted < GRACE_S):
@@ -256,7 +264,7 @@ def _outcome(subs: Sequence[Submission], states: dict[str, cluster.TaskState], d
         for tid, keys in zip(sub.ids, sub.tasks, strict=True):
             lost = lost_tasks.get(tid)
             if lost:
-                st = states.get(tid)
+                st = _ours(states.get(tid), sub)
                 how = (f"{st.state}{f' ({st.reason})' if st.reason else ''}" if st and st.state != "UNKNOWN"
                        else "out of the queue with no accounting record (cancelled while pending?)")
                 ended.append(f"task {tid} ({sub.experiment}) ended {how} without {len(lost)} of its "
