@@ -514,3 +514,18 @@ def test_lambda_zero_runs_against_the_lambda_zero_fixed_point(fake_tied_outputs,
     expected = np.mean(rec["metrics"]["test_error"]) / th["test_error"] - 1
     assert claim["measured"] == pytest.approx(expected, rel=2e-3)
     assert f"Sobol' 2^{points}" in claim["detail"] and "λ → 0⁺" in claim["detail"]
+
+
+def test_an_optimal_lambda_at_the_search_bound_is_left_out_and_named():
+    """A lambda* at a bound of the search (at_bound: the minimum may lie beyond) is not an optimum found: the
+    theory claim leaves its alpha out and names it (here it would have turned the smallest gap negative)."""
+    from attnrepro.papers.tied_attention.figures.tied_factorized_vs_direct_claims import theory_claim
+
+    rows = [("factorized", 0.1, 0.2, False, 0.02), ("direct", 0.1, 0.3, False, 0.03),
+            ("factorized", 0.2, 0.1, False, 0.05), ("direct", 0.2, 0.05, True, 30.0)]
+    table = pd.DataFrame([{"source": "theory", "curve": "optimal_lambda", "model.param": p, "task.alpha": a,
+                           "test_error": e, "converged": True, "at_bound": b, "validity_bound": False, "lam_star": lam}
+                          for p, a, e, b, lam in rows])
+    claim = theory_claim(table)
+    assert claim.measured == pytest.approx(0.1) and claim.holds
+    assert "direct α = 0.2 (λ* = 30 at a bound of the search" in claim.detail, claim.detail

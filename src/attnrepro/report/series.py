@@ -37,6 +37,13 @@ def theory(table: pd.DataFrame) -> pd.DataFrame:
     return part(table, THEORY)
 
 
+def flag(df: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean column as bools, a missing value False (all False when the table has no such column)."""
+    if column not in df:
+        return pd.Series(False, index=df.index)
+    return df[column].astype("boolean").fillna(False).astype(bool)
+
+
 def converged(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of seeds that converged (all rows when the table records no convergence)."""
     if CONVERGED not in df:

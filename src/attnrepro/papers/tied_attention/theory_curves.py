@@ -144,8 +144,12 @@ def _se_settings(settings) -> dict:
 
 
 def _points(settings, which: str = "points") -> int:
-    """log2 of the Gaussian rule's size for the profile (the largest one for a profile not listed)."""
-    table = settings.state_evolution[which]
+    """log2 of the state evolution's Gaussian rule's size for the profile (state_evolution[which])."""
+    return _for_profile(settings.state_evolution[which], settings)
+
+
+def _for_profile(table: Mapping, settings) -> int:
+    """A per-profile log2 rule size: the profile's (the largest one for a profile not listed)."""
     return int(table.get(settings.profile.name, max(table.values())))
 
 
@@ -287,8 +291,7 @@ def _optimal_expand(p: dict, settings) -> list[dict]:
 
 
 def _optimal_points(settings) -> int:
-    table = settings.optimal_lambda.points
-    return int(table.get(settings.profile.name, max(table.values())))
+    return _for_profile(settings.optimal_lambda.points, settings)
 
 
 def _optimal_settings(settings) -> dict:

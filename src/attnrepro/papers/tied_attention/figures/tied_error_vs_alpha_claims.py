@@ -52,8 +52,8 @@ def theory_se(table: pd.DataFrame, curve: str = SE_CURVE) -> pd.DataFrame:
     th = series.theory(table)
     if th.empty or "curve" not in th:
         return th
-    th = th[(th["curve"] == curve) & th["converged"].astype("boolean").fillna(False).astype(bool)]
-    return th[th["valid"].astype("boolean").fillna(False).astype(bool) & compared_theory(th)]
+    th = th[(th["curve"] == curve) & series.flag(th, "converged")]
+    return th[series.flag(th, "valid") & compared_theory(th)]
 
 
 def compared_theory(th: pd.DataFrame) -> pd.Series:
@@ -181,8 +181,8 @@ def lambda_zero_peak_claims(table: pd.DataFrame) -> list[Claim]:
     th = series.theory(table)
     if th.empty or "curve" not in th:
         return []
-    zero = th[(th["curve"] == SE_CURVE) & (th["model.lam"] == 0) & th["converged"].astype("boolean").fillna(False)
-              & th["valid"].astype("boolean").fillna(False)]
+    zero = th[(th["curve"] == SE_CURVE) & (th["model.lam"] == 0) & series.flag(th, "converged")
+              & series.flag(th, "valid")]
     out = []
     for (kappa, delta), c in zero.groupby(["model.kappa", "task.Delta"], sort=True):
         a0 = _interp_alpha(th, kappa, delta)
@@ -214,7 +214,7 @@ def _interp_alpha(th: pd.DataFrame, kappa: float, delta: float) -> float:
 def _failed_note(th: pd.DataFrame, kappa: float, delta: float) -> str:
     """'; not solved (left out): α = a, ...' for the lambda -> 0+ curve's failed points at (kappa, Delta)."""
     c = at(th[(th["curve"] == SE_CURVE)], model_kappa=kappa, task_Delta=delta, model_lam=0.0)
-    bad = c[~c["converged"].astype("boolean").fillna(False).astype(bool)]
+    bad = c[~series.flag(c, "converged")]
     return f"; not solved (left out): α = {', '.join(f'{a:g}' for a in bad['task.alpha'])}" if len(bad) else ""
 
 

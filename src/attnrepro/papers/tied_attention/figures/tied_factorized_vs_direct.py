@@ -66,7 +66,7 @@ def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     if not parts:
         return sims
     out = pd.concat(parts, ignore_index=True)
-    out["selected"] = out["selected"].astype("boolean").fillna(False).astype(bool)  # a simulation row only
+    out["selected"] = series.flag(out, "selected")  # a simulation row only
     return out
 
 
@@ -140,8 +140,7 @@ def plot(table: pd.DataFrame, estimates: pd.DataFrame):
 def _edge_marks(a, b, opt: pd.DataFrame) -> None:
     """Squares on the factorized lines where lambda* is the edge of the valid region (validity_bound)."""
     edge = at_param(opt, "factorized")
-    edge = edge[edge["validity_bound"].astype("boolean").fillna(False).astype(bool)] if "validity_bound" in edge \
-        else edge.iloc[0:0]
+    edge = edge[series.flag(edge, "validity_bound")]
     for ax, y in ((a, "test_error"), (b, "estimation_error")):
         if len(edge):
             ax.plot(edge["task.alpha"], edge[y], "s", ms=5, mfc="none", color="0.3", lw=0,

@@ -48,11 +48,17 @@ def at_param(df: pd.DataFrame, param: str) -> pd.DataFrame:
     return df[df["model.param"] == param] if "model.param" in df else df.iloc[0:0]
 
 
-def optimal(table: pd.DataFrame, converged_only: bool = True) -> pd.DataFrame:
-    """The optimal-lambda theory rows (converged ones only, unless asked)."""
+def optimal(table: pd.DataFrame, found_only: bool = True) -> pd.DataFrame:
+    """The optimal-lambda theory rows: those whose lambda* was found (converged, and not at a bound of the search,
+    where the minimum may lie beyond: found()), unless asked for all."""
     th = series.theory(table)
     th = th[th["curve"] == OPTIMAL] if "curve" in th else th.iloc[0:0]
-    return th[th["converged"].astype("boolean").fillna(False).astype(bool)] if converged_only else th
+    return th[found(th)] if found_only else th
+
+
+def found(opt: pd.DataFrame) -> pd.Series:
+    """Optimal-lambda rows whose lambda* is a minimum found: converged and not at_bound."""
+    return series.flag(opt, "converged") & ~series.flag(opt, "at_bound")
 
 
 def spectrum_alpha(sims: pd.DataFrame) -> float:
@@ -199,11 +205,15 @@ def theory_claim(table: pd.DataFrame) -> Claim:
 
 
 def _theory_left_out(table: pd.DataFrame) -> str:
-    """'; optimal λ not found (left out): <student> α = a (reason), ...' where a row did not converge."""
-    opt = optimal(table, converged_only=False)
-    bad = opt[~opt["converged"].astype("boolean").fillna(False).astype(bool)] if len(opt) else opt
-    items = [f"{r['model.param']} α = {r['task.alpha']:g} ({str(r.get('reason', ''))[:160]})"
-             for _, r in bad.iterrows()]
+    """'; optimal λ not found (left out): <student> α = a (reason), ...' where a row did not converge or its
+    lambda* lies at a bound of the search."""
+    opt = optimal(table, found_only=False)
+    bad = opt[~found(opt)]
+    solved = series.flag(bad, "converged")
+    items = [f"{r['model.param']} α = {r['task.alpha']:g} ("
+             + (f"λ* = {r['lam_star']:.3g} at a bound of the search: the minimum may lie beyond" if solved[i]
+                else str(r.get("reason", ""))[:160]) + ")"
+             for i, r in bad.iterrows()]
     return f"; optimal λ not found (left out): {'; '.join(items)}" if items else ""
 
 
@@ -238,8 +248,8 @@ def _se_claim(param: str, kappa: float, delta: float, lam: float, g: pd.DataFram
 def _theory_points_left_out(th: pd.DataFrame, lam: float) -> str:
     """'theory points left out: k not converged, j outside its validity (kappa < rank)' at this lambda."""
     here = at(th, model_lam=lam)
-    conv = here["converged"].astype("boolean").fillna(False).astype(bool) if len(here) else here.index == 0
-    valid = here["valid"].astype("boolean").fillna(False).astype(bool) if "valid" in here else conv
+    conv = series.flag(here, "converged")
+    valid = series.flag(here, "valid") if "valid" in here else conv
     return f"theory points left out: {int((~conv).sum())} not converged, {int((conv & ~valid).sum())} outside " \
            "its validity (κ < rank)"
 
