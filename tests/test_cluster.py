@@ -377,3 +377,25 @@ def test_an_id_reused_by_another_job_is_not_the_ledgers_task(tmp_path):
     assert slurm.in_flight(tmp_path, ["k1", "k2"], run=queue(ours)) == {"k1": "12", "k2": "12"}
     assert slurm.in_flight(tmp_path, ["k1", "k2"], run=queue(other)) == {}
     assert parse_queue(f"12|RUNNING|None|{ours}/x.sh\n", "squeue")["12"].command == f"{ours}/x.sh"
+
+
+def test_the_wait_names_only_the_arrays_it_still_waits_on(tmp_path, monkeypatch):
+    """A rerun's wait holds the ledger's arrays; its progress line names those with live tasks, not an old
+    array whose tasks ended (or whose id now names another job): the wait goes on for array 7 only."""
+    from attnrepro.jobs import slurm
+
+    ours = tmp_path / "slurm" / "sweep"
+    subs = [slurm.Submission(array=a, kind="train", experiment="e", tasks=[[f"k{a}"]], folder=str(ours),
+                             submitted=time.time() - 3600, ids=[a]) for a in ("5", "7")]
+    polls = iter(range(3))
+
+    def run(cmd):  # array 5 is gone from squeue and sacct; array 7 runs for two polls, then is gone
+        if cmd[0] == "squeue":
+            return f"7|RUNNING|None|{ours}/.submission_file_abc.sh\n" if next(polls, 9) < 2 else ""
+        return ""
+
+    monkeypatch.setattr(slurm, "PROGRESS_S", 0.0)
+    lines = []
+    slurm.wait(subs, lambda key: tmp_path / "no_record" / key, log=lines.append, run=run, sleep=lambda s: None)
+    progress = [line for line in lines if line.startswith("waiting on")]
+    assert progress and all(line.startswith("waiting on arrays 7:") for line in progress), lines

@@ -222,7 +222,8 @@ def wait(subs: Sequence[Submission], record_of: Callable[[str], Path], on_hopele
             break
         states = cluster.queue_state([s.array for s in subs], run)
         now = time.time()
-        live = {tid: st for s in subs for tid, st in _live(states, s, now).items()}
+        per_array = {s.array: _live(states, s, now) for s in subs}
+        live = {tid: st for tasks in per_array.values() for tid, st in tasks.items()}
         hopeless = [f"{st.job_id} {st.state} ({st.reason})" for st in live.values() if st.hopeless]
         if hopeless:
             arrays = sorted({s.array for s in subs})
@@ -236,7 +237,8 @@ def wait(subs: Sequence[Submission], record_of: Callable[[str], Path], on_hopele
         if time.monotonic() - last >= PROGRESS_S:
             last = time.monotonic()
             running = sum(st.state == "RUNNING" for st in live.values())
-            log(f"waiting on arrays {', '.join(s.array for s in subs)}: {running} tasks running, "
+            arrays = ", ".join(a for a, tasks in per_array.items() if tasks)  # those with live tasks
+            log(f"waiting on arrays {arrays}: {running} tasks running, "
                 f"{len(live) - running} queued; {sum(map(done, keys))} of {len(keys)} records written "
                 f"({time.monotonic() - start:.0f} s)")
         until = time.monotonic() + POLL_S[min(polls, len(POLL_S) - 1)]
