@@ -4,13 +4,19 @@ claim, its stable id first) and claims_diff.csv (against the profile's reference
 
     attnrepro figures [figures=xor_phase_dm,...] [profile=quick] [outputs=DIR] [wandb=true] [refresh_reference=true]
 
-Reads only <outputs>/results/ (run `attnrepro aggregate` first): no training, no records. A figure
-whose table and code did not change since its last rendering is not drawn again. profile, when
-given, must match the profile the tables were aggregated for. Exit status 1 when a figure, its
-estimates or its claims could not be computed, or claim ids are missing or repeated (the report
-still lists it). wandb=true also logs every figure and the claims table to one W&B run (job_type
-report). refresh_reference=true makes this run's claims.csv the profile's reference (commit it); with figures=, only
-those figures' rows are replaced.
+Reads only <outputs>/results/ (run `attnrepro aggregate` first): no training, no records. Without figures=,
+the figures that have data there: a table with rows, a table that failed, or records (even failed ones)
+of a source experiment, in status.json; one line names the registered figures skipped for having none
+(figures=... draws them anyway, as "not enough data"), and the report, claims.csv and the comparison with
+the reference are those of the figures drawn. With figures=, exactly those figures, with or without data.
+No figure with data and no figures= is an error (nothing is written). A figure whose table and code did
+not change since its last rendering is not drawn again. profile, when given, must match the profile the
+tables were aggregated for. Exit status 1 when a figure, its estimates or its claims could not be
+computed, or claim ids are missing or repeated (the report still lists it). wandb=true also logs every
+figure and the claims table to one W&B run (job_type report). refresh_reference=true makes this run's
+claims.csv the profile's reference (commit it): the figures drawn replace their rows and every other
+figure's rows are kept (with figures=, or when figures without data were skipped); the whole reference is
+replaced only when every registered figure was drawn.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from attnrepro.commands.args import UsageError, default_outputs, parse
 
 
 def render(outputs: str, figures: list[str] | None = None, profile: str | None = None, wandb: bool = False,
-           refresh_reference: bool = False) -> int:
-    """Draw the figures (all, or those named), write the report and claims; 1 when one failed."""
+           refresh_reference: bool = False, with_data: bool = False) -> int:
+    """Draw the figures (all, or those named), write the report and claims; 1 when one failed.
+    with_data (the command without figures=): instead of all, those with data (`_with_data`); `reproduce`
+    leaves it off and draws every figure of what it ran."""
     from attnrepro.report.aggregate import CorruptStatus, aggregate, read_status
     from attnrepro.report.figure_spec import specs
     from attnrepro.report.html import build_report
@@ -41,6 +49,8 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
     if profile and aggregated and profile != aggregated:
         raise UsageError(f"tables in {outputs}/results were aggregated for profile {aggregated!r}, "
                          f"not {profile!r}: run `attnrepro aggregate profile={profile}`")
+    if with_data and not figures:
+        figures = _with_data(outputs)
     report = build_report(outputs, figures)
     print(report.summary())
     if wandb:
@@ -56,9 +66,45 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
     return 1 if report.errors else 0
 
 
+def _with_data(outputs: str) -> list[str] | None:
+    """The registered figures with data in <outputs>/results/status.json (a table with rows, a table error, or
+    records of a source experiment: complete, failed, stale, corrupt or of another grid), None when that is
+    every one (the whole report, as before); prints one line naming those skipped. UsageError when none has."""
+    from attnrepro.report.aggregate import read_status
+    from attnrepro.report.figure_spec import specs
+
+    status = read_status(outputs)
+    experiments, tables = status.get("experiments", {}), status.get("figures", {})
+
+    def recorded(exp: dict) -> bool:
+        th = exp.get("theory") or {}
+        return bool(exp.get("complete") or exp.get("other") or any(exp.get(k) for k in ("failed", "stale", "corrupt"))
+                    or th.get("complete") or any(th.get(k) for k in ("failed", "stale", "corrupt")))
+
+    def has_data(spec) -> bool:
+        entry = tables.get(spec.name)
+        if entry is None:  # not aggregated (for this profile): a table on disk, if any, is not this profile's
+            return False
+        return bool(entry.get("error") or entry.get("rows") or any(recorded(experiments.get(e) or {})
+                                                                   for e in spec.sources))
+
+    registered = specs()
+    drawn = [s.name for s in registered if has_data(s)]
+    skipped = [s.name for s in registered if s.name not in drawn]
+    if not drawn:
+        raise UsageError(f"no figure has data in {outputs}/results: run `attnrepro aggregate profile=<profile>` after "
+                         "training (figures=<figure>,... draws figures without data)")
+    if not skipped:
+        return None
+    print(f"{len(skipped)} of {len(registered)} registered figures skipped, no data in {outputs}/results: "
+          f"{', '.join(skipped)} (draw them anyway: figures={','.join(skipped)})")
+    return drawn
+
+
 def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
-    """This run's claims become the profile's reference: all of it, or with figures= those figures' rows (the
-    other figures' reference rows are kept)."""
+    """This run's claims become the profile's reference: all of it, or, when the run drew some figures (figures=,
+    or the figures with data of a run without figures=), those figures' rows: every other figure's reference
+    rows are kept, so figures skipped for lack of data never lose theirs."""
     import pandas as pd
 
     from attnrepro.jobs.records import atomic_write
@@ -80,4 +126,4 @@ def main(argv: list[str]) -> int:
     args = parse(argv, {"figures": [], "profile": "", "outputs": default_outputs(), "wandb": False,
                         "refresh_reference": False}, __doc__)
     return render(args["outputs"], args["figures"] or None, args["profile"] or None, args["wandb"],
-                  args["refresh_reference"])
+                  args["refresh_reference"], with_data=True)

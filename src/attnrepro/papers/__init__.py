@@ -2,30 +2,138 @@
 and figures. A paper package's ``__init__`` declares, without importing anything:
 
   TASKS   {task.name: module}   the module's build(task, model, train, gens) -> (problem, derived)
-  SOLVERS {model.name: module}  models solved, not trained: the module's fit(cfg) -> record fields
-  CONFIG  module                 the config schemas: SCHEMAS, checks(cfg, need), RESOLVERS
+  SOLVERS {model.name: module}  optional: models solved, not trained: the module's fit(cfg) -> record fields
+  CONFIG  "config"               the config schemas module: SCHEMAS, checks(cfg, need), RESOLVERS
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
   THEORY  module or None         the theory curves: CURVES (jobs.theory runs them)
+  TESTS   (path, ...)            its numerical tests, paths relative to the repository's tests/ (the
+                                 in-tree papers' are in IN_TREE_TESTS below; a package's own TESTS wins)
 
 A problem is data + model + objective + metrics, in plain torch, replicated over seeds, with the
 interface lit.replica.ReplicaModule uses:
   accumulate(backward) -> (R,) training loss; calls backward(loss.sum()) (maybe per chunk)
   evaluate() -> {name: (R,) tensor}, the metrics logged along training and at the end
-  arrays() -> {name: tensor}, optional per-replica arrays saved in the record
+  arrays() -> {name: tensor}, per-replica arrays saved in the record ({} when none: jobs.fit calls it)
 
-A third paper is one more package here, named in PACKAGES.
+``packages()`` checks every package against this contract when it loads them, and
+``config_modules()`` every config module, raising one PaperContractError that names the package
+and what it lacks; ``check_registry()`` also checks that each declared test file exists and holds a
+test (tests/test_registry.py). A third paper is one more package here, named in PACKAGES:
+docs/adding_a_paper.md. This module imports no other attnrepro module (it is no provenance root).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
+from pathlib import Path
 from types import ModuleType
 
 PACKAGES = ("sparse_xor", "tied_attention")
 
+# The numerical tests of the in-tree papers (paths relative to tests/), kept here so that their
+# packages stay as they are; a new paper declares TESTS in its own __init__, which takes precedence.
+IN_TREE_TESTS = {
+    "sparse_xor": ("test_sparse_xor.py", "test_kparity.py", "test_standard_form.py", "test_sample_trained.py"),
+    "tied_attention": ("test_tied_attention.py", "test_psd_exact_fit.py", "test_state_evolution.py",
+                       "test_direct_state_evolution.py"),
+}
+TESTS_DIR = Path(__file__).resolve().parents[3] / "tests"
+
+
+class PaperContractError(TypeError):
+    """A paper package (or its config module) lacks what the pipeline reads from it."""
+
+
+def _names(v) -> bool:
+    return isinstance(v, (tuple, list)) and all(isinstance(x, str) and x for x in v)
+
+
+def _name_map(v) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(m, str) and k and m for k, m in v.items())
+
+
+def _test_paths(v) -> bool:
+    return (_names(v) and len(v) > 0
+            and all(p.endswith(".py") and not p.startswith("/") and ".." not in Path(p).parts for p in v))
+
+
+# attribute -> (what it must be, its test, whether it must be there)
+CONTRACT = {
+    "TASKS": ("a dict {task.name: module name}", _name_map, True),
+    "SOLVERS": ("a dict {model.name: module name}", _name_map, False),
+    "CONFIG": ('"config" (jobs.grid hashes papers/*/config.py for its cache)', lambda v: v == "config", True),
+    "FIGURES": ("a tuple of figure module names", _names, True),
+    "THEORY": ("a module name or None", lambda v: v is None or isinstance(v, str) and bool(v), True),
+    "TESTS": ("a non-empty tuple of test files, relative to tests/", _test_paths, True),
+}
+CONFIG_CONTRACT = {
+    "SCHEMAS": ("a dict {group: {schema name: dataclass}}",
+                lambda v: isinstance(v, dict) and all(isinstance(e, dict) for e in v.values()), True),
+    "checks": ("a function checks(cfg, need)", callable, True),
+    "RESOLVERS": ("a dict {resolver name: function}", lambda v: isinstance(v, dict), True),
+}
+
+
+def _short(package: ModuleType) -> str:
+    return package.__name__.rpartition(".")[2]
+
+
+def tests_of(package: ModuleType):
+    """The package's declared numerical tests: its TESTS, else its IN_TREE_TESTS entry (None: none)."""
+    return getattr(package, "TESTS", IN_TREE_TESTS.get(_short(package)))
+
+
+def _problems(module: ModuleType, contract: dict, values: dict) -> list[str]:
+    """'missing A (what), B (what)' and 'C must be what, got value' for a module against a contract;
+    values: attribute values found elsewhere (TESTS of the in-tree papers)."""
+    missing, wrong = [], []
+    for attr, (what, ok, required) in contract.items():
+        if attr not in values and not hasattr(module, attr):
+            if required:
+                missing.append(f"{attr} ({what})")
+            continue
+        value = values[attr] if attr in values else getattr(module, attr)
+        if not ok(value):
+            wrong.append(f"{attr} must be {what}, got {value!r}")
+    return ([f"missing {', '.join(missing)}"] if missing else []) + wrong
+
+
+def contract_errors(package: ModuleType) -> list[str]:
+    """What a paper package's __init__ lacks or gets wrong (empty: it meets the contract)."""
+    declared = tests_of(package)
+    return _problems(package, CONTRACT, {} if declared is None else {"TESTS": declared})
+
+
+def _raise(errors: dict[str, list[str]], what: str = "paper package") -> None:
+    if errors:
+        raise PaperContractError("; ".join(f"{what} {name}: {', '.join(errs)} (docs/adding_a_paper.md)"
+                                           for name, errs in errors.items()))
+
+
+def _unique(packages: list[ModuleType], attr: str, what: str) -> dict[str, list[str]]:
+    """Names declared by more than one package (compute_module would take the first silently)."""
+    owners: dict[str, list[str]] = {}
+    for package in packages:
+        for name in getattr(package, attr, {}):
+            owners.setdefault(name, []).append(package.__name__)
+    return {owners[name][-1]: [f"{what} {name!r} is declared by {' and '.join(owners[name])}"]
+            for name in owners if len(owners[name]) > 1}
+
+
+_checked: tuple[ModuleType, ...] = ()  # the packages last found to meet the contract (held: no id reuse)
+
 
 def packages() -> list[ModuleType]:
-    return [importlib.import_module(f"{__name__}.{name}") for name in PACKAGES]
+    """The paper packages of PACKAGES, checked against the contract (PaperContractError) when first
+    loaded, and again whenever PACKAGES or a package object changes."""
+    global _checked
+    loaded = [importlib.import_module(f"{__name__}.{name}") for name in PACKAGES]
+    if len(loaded) != len(_checked) or any(a is not b for a, b in zip(loaded, _checked)):
+        _raise({p.__name__: errs for p in loaded if (errs := contract_errors(p))})
+        _raise({**_unique(loaded, "TASKS", "task.name"), **_unique(loaded, "SOLVERS", "model.name")})
+        _checked = tuple(loaded)
+    return loaded
 
 
 def submodule(package: ModuleType, name: str) -> ModuleType:
@@ -49,7 +157,19 @@ def builder(task_name: str):
 
 
 def config_modules() -> list[ModuleType]:
-    return [submodule(package, package.CONFIG) for package in packages()]
+    """Every paper's config module, each checked (SCHEMAS, checks, RESOLVERS; a schema name per group
+    declared by one paper only: Hydra's ConfigStore would keep the last silently)."""
+    modules = [submodule(package, package.CONFIG) for package in packages()]
+    errors = {m.__name__: errs for m in modules if (errs := _problems(m, CONFIG_CONTRACT, {}))}
+    _raise(errors, "paper config module")
+    owners: dict[tuple[str, str], list[str]] = {}
+    for m in modules:
+        for group, entries in m.SCHEMAS.items():
+            for name in entries:
+                owners.setdefault((group, name), []).append(m.__name__)
+    _raise({where[-1]: [f"schema {group}/{name} is declared by {' and '.join(where)}"]
+            for (group, name), where in owners.items() if len(where) > 1}, "paper config module")
+    return modules
 
 
 def figure_modules() -> list[str]:
@@ -60,3 +180,23 @@ def theory_curves() -> list:
     """Every paper's theory curves (papers without theory contribute none)."""
     return [curve for package in packages() if package.THEORY
             for curve in submodule(package, package.THEORY).CURVES]
+
+
+def declared_test_errors(package: ModuleType, tests_dir: Path = TESTS_DIR) -> list[str]:
+    """The package's declared test files that do not exist under tests_dir or define no test function."""
+    errors = []
+    for rel in tests_of(package) or ():
+        path = Path(tests_dir) / rel
+        if not path.is_file():
+            errors.append(f"declared test {rel} does not exist in {tests_dir}")
+        elif not re.search(r"^\s*(async\s+)?def test_", path.read_text(), re.M):
+            errors.append(f"declared test {rel} has no `def test_`")
+    return errors
+
+
+def check_registry(tests_dir: Path = TESTS_DIR) -> None:
+    """The whole contract: every package and config module (as packages() and config_modules()), and
+    every declared test file under tests_dir; one PaperContractError naming each package at fault."""
+    loaded = packages()
+    config_modules()
+    _raise({p.__name__: errs for p in loaded if (errs := declared_test_errors(p, tests_dir))})
