@@ -399,7 +399,7 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
                          beta: float = 1.0, beta0: float = 1.0, rule: str = "sobol", points: int = 12, seed: int = 0,
                          tol: float = 1e-7, max_evals: int = 40, nodes: int = 200,
                          lam_bounds: tuple[float, float] = (1e-4, 30.0), start_lam: float = 0.1, width: float = 0.5,
-                         xatol: float = 0.02, require_valid: bool = True,
+                         xatol: float = 0.02, require_valid: bool = True, resolution: float = 0.0,
                          log: Callable[[str], None] | None = None) -> list[dict]:
     """The state evolution at the lambda that minimises its test error, for each alpha (ascending), for
     model = "factorized" (state_evolution: weight decay on W) or "direct" (this module: Frobenius on S):
@@ -415,13 +415,13 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
     solved (lams, test_errors), validity_bound (with require_valid: a solved lambda next to lambda* is invalid and
     has a lower test error, so lambda* is the edge of the valid region, rank = kappa, not an interior minimum of
     the state evolution), failures (solves that did not converge; a failure inside the final bracket makes the
-    row unconverged), converged and reason."""
+    row unconverged), converged and reason. resolution: the power-law target's atoms merged (target_law)."""
     from attnrepro.theory.erm_curve import softmax_channel
     from attnrepro.theory.spectral_laws import target_law
 
     if model not in MAPS:
         raise ValueError(f"model must be 'factorized' or 'direct', got {model!r}")
-    law = target_law(target, d, kappa0, gamma)
+    law = target_law(target, d, kappa0, gamma, resolution=resolution)
     channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)
     lo, hi = math.log(lam_bounds[0]), math.log(lam_bounds[1])
     centre, rows = math.log(start_lam), []

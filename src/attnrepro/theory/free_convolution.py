@@ -136,6 +136,11 @@ class FreeConvolution:
         """int phi(x) mu_delta(dx) for phi given at the nodes (last axis)."""
         return np.asarray(values, dtype=float) @ self._weights
 
+    def integrate_pieces(self, values: np.ndarray) -> np.ndarray:
+        """int_c phi(x) mu_delta(dx) over each connected piece c of the support (the order of components)."""
+        values = np.asarray(values, dtype=float)
+        return np.array([values[s] @ self._weights[s] for s in self._slices])
+
     @cached_property
     def mass(self) -> float:
         """int mu_delta: 1 up to the quadrature error."""

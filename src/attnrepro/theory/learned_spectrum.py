@@ -77,6 +77,27 @@ class LearnedSpectrum:
         bulk = max(range(len(comps)), key=lambda i: comps[i][2])
         return [(self.eta * (0.5 * (lo + hi) - self.eps), m) for lo, hi, m in comps[bulk + 1:] if lo > self.eps]
 
+    def error_split(self) -> tuple[float, float]:
+        """(e_signal, e_bulk): the estimation error ||S - S0||_F^2 / d of S = eta ReLU(Y - eps I), a matrix
+        function of Y = S0 + delta Z, split between the eigenvectors of Y in the bulk (the heaviest piece of
+        mu_delta) and the rest. With xi(x) = x - 2 delta^2 H(x), H the Hilbert transform of mu_delta, the
+        target's mean weight along Y's eigenvector at x (sum_i lambda_i <v_x, u_i>^2 = xi(x): the conditional
+        mean of the additive free deformation, the state evolution's m = eta int (x - eps)_+ xi(x) dmu_delta),
+
+            ||S - S0||^2 / d = Q0 + int e(x) mu_delta(dx),   e(x) = eta^2 (x - eps)_+^2 - 2 eta (x - eps)_+ xi(x),
+
+        e_bulk = the integral over the bulk: what fitting along the bulk adds (noise fitted, less the weak
+        target modes it catches); e_signal = Q0 + the integral over the other pieces = the error of S with
+        its bulk removed: the recovered outliers' error plus the unrecovered target. e_signal + e_bulk =
+        Q0 - 2m + q exactly (a partition of one quadrature)."""
+        mu = self.mu
+        if not mu.components:
+            return math.nan, math.nan
+        r = np.maximum(mu.x - self.eps, 0.0)
+        per = mu.integrate_pieces(self.eta ** 2 * r ** 2 - 2 * self.eta * r * (mu.x - 2 * self.delta ** 2 * mu.H))
+        bulk = max(range(len(per)), key=lambda i: mu.components[i][2])
+        return float(self.law.Q0 + per.sum() - per[bulk]), float(per[bulk])
+
     def bulk_edge(self) -> float:
         """The right edge, in eigenvalues of S, of the bulk (the heaviest piece of mu_delta); 0 when
         the cut at eps removes it."""

@@ -330,12 +330,14 @@ OPTIMAL_LAMBDA = TheoryCurve(
 
 # ---------------------------------------------------------------- scaling laws at large d
 
-def _scaling_params(point: Mapping) -> dict | None:
+SCALING_KEYS = ("task.gamma", "task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta")
+
+
+def _scaling_params(point: Mapping, keys: tuple[str, ...] = (*SCALING_KEYS, "model.lam")) -> dict | None:
     """A power-law point of tied_scaling_laws without its d and alpha (scaling_alphas adds them)."""
     if point["task.target"] != "power_law":
         return None
-    return {k: point[k] for k in ("task.gamma", "task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta",
-                                  "model.lam")}
+    return {k: point[k] for k in keys}
 
 
 def scaling_alphas(d: int, settings) -> list[float]:
@@ -347,9 +349,10 @@ def scaling_alphas(d: int, settings) -> list[float]:
     return (np.geomspace(sl.n_over_d_min, sl.alpha_max * d, sl.points) / d).tolist()
 
 
-def _scaling_expand(p: dict, settings) -> list[dict]:
+def _scaling_expand(p: dict, settings, which: str = "d") -> list[dict]:
+    """The point at every d of the profile's scaling_laws[which], with its window's alphas."""
     out = [{**p, "task.d": int(d), "task.alpha": scaling_alphas(int(d), settings)}
-           for d in settings.scaling_laws.d.get(settings.profile.name, [])]
+           for d in settings.scaling_laws[which].get(settings.profile.name, [])]
     return [q for q in out if q["task.alpha"]]
 
 
@@ -358,23 +361,73 @@ def _scaling_settings(settings) -> dict:
     return {**_se_settings(settings), "points": sl.rule_points, "resolution": sl.resolution}
 
 
+def _with_error_split(out: Columns, params: dict, settings) -> Columns:
+    """The columns plus e_signal and e_bulk of every converged row (learned_spectrum.LearnedSpectrum.error_split:
+    the estimation error split between the learned bulk and the rest; NaN where the row did not converge) and
+    task.d."""
+    from attnrepro.theory.learned_spectrum import LearnedSpectrum
+    from attnrepro.theory.spectral_laws import target_law
+
+    law = target_law("power_law", int(params["task.d"]), gamma=float(params["task.gamma"]),
+                     resolution=float(settings.scaling_laws.resolution))
+    split = [LearnedSpectrum(law, eta, delta, eps, settings.state_evolution.nodes).error_split() if ok
+             else (float("nan"), float("nan"))
+             for ok, eta, delta, eps in zip(out["converged"], out["eta"], out["delta"], out["eps"], strict=True)]
+    return {**out, "e_signal": [a for a, _ in split], "e_bulk": [b for _, b in split],
+            "task.d": [int(params["task.d"])] * len(out["task.alpha"])}
+
+
 def _scaling_compute(params: dict, settings) -> Columns:
     """The state evolution along alpha at one (gamma, d), the target's atoms merged within the settings'
     resolution, solved from the largest alpha down (at d = 1000 the smallest n/d = 4 and 5.7 do not
-    converge from a cold start, and do from n/d = 50 down); columns as erm_state_evolution, plus task.d."""
+    converge from a cold start, and do from n/d = 50 down); columns as erm_state_evolution, plus task.d and the
+    error split (_with_error_split)."""
     sl = settings.scaling_laws
     out = _se_compute({**params, "task.target": "power_law"}, settings, int(sl.rule_points), float(sl.resolution),
                       descending=True)
-    out["task.d"] = [int(params["task.d"])] * len(out["task.alpha"])
-    return out
+    return _with_error_split(out, params, settings)
 
 
 SCALING = TheoryCurve(
     name="scaling_law_state_evolution", experiments=("tied_scaling_laws",),
-    keys=("task.target", "task.gamma", "task.T", "task.Delta", "task.beta0", "model.kappa", "model.beta", "model.lam"),
-    params=_scaling_params, compute=_scaling_compute, settings=_scaling_settings, expand=_scaling_expand)
+    keys=("task.target", *SCALING_KEYS, "model.lam"), params=_scaling_params, compute=_scaling_compute,
+    settings=_scaling_settings, expand=_scaling_expand)
 
 
-CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT, SCALING, DIRECT_STATE_EVOLUTION,
-                                  OPTIMAL_LAMBDA)
+def _tuned_settings(settings) -> dict:
+    return {**_scaling_settings(settings), "lam_bounds": list(settings.optimal_lambda.lam_bounds),
+            "xatol": settings.scaling_laws.tuned_xatol}
+
+
+def _tuned_compute(params: dict, settings) -> Columns:
+    """Paper B's scaling law at a well-chosen lambda: at every alpha of the window the state evolution at
+    lambda* = argmin over log lambda of its test error (direct_state_evolution.optimal_lambda_curve, factorized
+    student, warm-started along alpha and lambda), with lam_star, at_bound, the bracket, solves, failures and
+    the error split (_with_error_split)."""
+    from attnrepro.theory.direct_state_evolution import optimal_lambda_curve
+
+    se, sl, ol = settings.state_evolution, settings.scaling_laws, settings.optimal_lambda
+    rows = optimal_lambda_curve(
+        "factorized", params["task.alpha"], kappa=float(params["model.kappa"]), T=int(params["task.T"]),
+        Delta=float(params["task.Delta"]), target="power_law", d=int(params["task.d"]),
+        gamma=float(params["task.gamma"]), beta=float(params["model.beta"]), beta0=float(params["task.beta0"]),
+        rule=se.rule, points=int(sl.rule_points), seed=se.seed, tol=se.tol, max_evals=se.max_evals, nodes=se.nodes,
+        lam_bounds=tuple(ol.lam_bounds), xatol=float(sl.tuned_xatol), resolution=float(sl.resolution),
+        log=lambda line: print(line, flush=True))
+    for r in rows:
+        r["lam_lo"], r["lam_hi"] = r.pop("bracket")
+        r["solves"] = len(r.pop("lams"))
+        del r["test_errors"], r["model"]
+    return _with_error_split(_columns(rows), params, settings)
+
+
+TUNED_SCALING = TheoryCurve(
+    name="scaling_law_tuned_lambda", experiments=("tied_scaling_laws",),
+    keys=("task.target", *SCALING_KEYS), params=lambda point: _scaling_params(point, SCALING_KEYS),
+    compute=_tuned_compute, settings=_tuned_settings,
+    expand=lambda p, settings: _scaling_expand(p, settings, "tuned_d"))
+
+
+CURVES: tuple[TheoryCurve, ...] = (INTERPOLATION, BAYES, STATE_EVOLUTION, EXACT_FIT, SCALING, TUNED_SCALING,
+                                  DIRECT_STATE_EVOLUTION, OPTIMAL_LAMBDA)
 
