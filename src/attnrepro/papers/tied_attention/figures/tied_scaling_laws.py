@@ -65,18 +65,21 @@ TUNED = "scaling_law_tuned_lambda"
 PROTOCOL = "protocol"  # theory rows: "fixed" (THEORY) or "tuned" (TUNED)
 
 
+def _stacked(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The non-empty frames one under the other (the first frame when all are empty)."""
+    full = [p for p in parts if not p.empty]
+    return pd.concat(full, ignore_index=True) if full else parts[0]
+
+
 def table(data: Mapping[str, ExperimentData]) -> pd.DataFrame:
     """Rows: (key, replica) of the power-law sweep: gamma, alpha, n, n/d, errors, recovered modes; and
     the rows of the state evolution at larger d (source = theory: gamma, d, alpha, n/d = alpha d,
     test_error, converged)."""
-    parts = [rows(data, name, [*ID, *CONFIG, *METRICS]) for name in (FIGURE, TUNED_RUNS)]
-    df = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) \
-        else parts[0]
+    df = _stacked([rows(data, name, [*ID, *CONFIG, *METRICS]) for name in (FIGURE, TUNED_RUNS)])
     df["n_over_d"] = pd.to_numeric(df["n"], errors="coerce") / pd.to_numeric(df["task.d"], errors="coerce")
-    parts = [theory_rows(data, FIGURE, curve).assign(**{PROTOCOL: protocol})
-             for curve, protocol in ((THEORY, "fixed"), (TUNED, "tuned"))]
-    th = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else None
-    if th is None:
+    th = _stacked([theory_rows(data, FIGURE, curve).assign(**{PROTOCOL: protocol})
+                   for curve, protocol in ((THEORY, "fixed"), (TUNED, "tuned"))])
+    if th.empty:
         return df
     th["n_over_d"] = pd.to_numeric(th["task.alpha"]) * pd.to_numeric(th["task.d"])
     th[series.SOURCE] = series.THEORY
@@ -179,7 +182,8 @@ def _protocol_estimates(th: pd.DataFrame, g: float, d: float) -> list[dict]:
 
 def _bulk_collapse(th: pd.DataFrame, g: float) -> list[dict]:
     """"bulk_collapse" at gamma g: max |e_bulk(d1)/e_bulk(d2) - 1| over the n/d^2 where the two largest d of the
-    fixed-lambda theory overlap (e_bulk interpolated log-log in n/d^2), with the overlap as its interval."""
+    fixed-lambda theory overlap (e_bulk interpolated log-log in n/d^2 over its converged, positive values: a
+    negative bulk part, where fitting along the bulk helps, has no log), with the overlap as its interval."""
     if th.empty or "e_bulk" not in th:
         return []
     ds = series.levels(at(th, task_gamma=g), "task.d")
