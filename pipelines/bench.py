@@ -35,6 +35,19 @@ Each case runs in its own process, so its peak resident memory is its own.
                  docs/state_evolution.md, "Above alpha_interp").
   channel_accuracy : the output channel's Sobol' rules (2^12 quick, 2^16 paper) against 10^6
                  Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
+  tied_slice   : a fixed slice of paper B's paper profile at d = 200 (--slice-d), 2 seeds, one thread,
+                 trained by L-BFGS to the paper's tol_grad = 2e-5 under two protocols, job by job
+                 side by side: float64 throughout (train=lbfgs_fullbatch) against float32 until the
+                 relative gradient is 2e-4 or the objective stalls, then float64 from there
+                 (train=lbfgs_mixed_precision). tied_error_vs_alpha at
+                 Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
+                 at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
+                 busy machine slows but does not inflate them), steps, relative gradients, and each
+                 point's test error under the two.
+  tied_warm_starts : warm starts for tied_interpolation_peak at d = 100, 2 seeds, float64 L-BFGS: each
+                 point from the seed's cold init against from the previous point's answer, along the
+                 lambda path at alpha = 0.16 (descending, glmnet's pathwise order) and the alpha path at
+                 lambda = 1e-4: core-seconds, test errors and objectives.
 """
 
 from __future__ import annotations
@@ -367,25 +380,135 @@ def case_theory_limit() -> dict:
     return out
 
 
+SLICE = [  # (experiment, the point's overrides): the paper grid's L-BFGS points of the slice
+    *[("tied_error_vs_alpha", [f"task.alpha={a}", f"model.lam={lam}", "task.Delta=0.5", "train=lbfgs_fullbatch",
+                               "train.tol=0", "train.tol_grad=2e-5"])
+      for a in (0.15, 0.2) for lam in (0.001, 0.01, 0.1, 0.3)],
+    *[("tied_interpolation_peak", ["task.alpha=0.16", f"model.lam={lam}"])
+      for lam in (0.0001, 0.001, 0.01, 0.03, 0.1, 0.3)],
+]
+
+
+def _mixed(point: list[str]) -> list[str]:
+    """The point under train=lbfgs_mixed_precision (float32 first) instead of lbfgs_fullbatch."""
+    return [o for o in point if o != "train=lbfgs_fullbatch"] + ["train=lbfgs_mixed_precision"]
+
+
+def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
+    """The slice's jobs under both protocols, alternating job by job (one thread: seconds are core-seconds)."""
+    import torch
+
+    torch.set_num_threads(1)
+    rows = []
+    for experiment, point in SLICE:
+        for protocol, overrides in (("float64", point), ("float32 -> float64", _mixed(point))):
+            cpu = time.process_time()
+            _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}", *overrides])
+            job_s = time.process_time() - cpu  # CPU seconds: core-seconds on one thread, on a busy machine too
+            der, t = rec["derived"], rec["timings"]
+            rows.append({"protocol": protocol, "point": f"{experiment} {' '.join(point[:2])}", "s": job_s,
+                         "steps": t["steps"], "coarse_steps": t.get("coarse_steps", 0),
+                         "grad_rel": max(der["grad_rel"]), "converged": sum(der["converged"]),
+                         "test_error": rec["metrics"]["test_error"]})
+            print(f"[tied_slice] {protocol:18s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
+                  f"test {rows[-1]['test_error']}", file=sys.stderr, flush=True)
+    out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {len(SLICE)} L-BFGS jobs per protocol, 1 thread"}
+    for protocol in ("float64", "float32 -> float64"):
+        mine = [r for r in rows if r["protocol"] == protocol]
+        out[f"{protocol}: core-seconds"] = sum(r["s"] for r in mine)
+        out[f"{protocol}: steps (coarse)"] = f"{sum(r['steps'] for r in mine)} ({sum(r['coarse_steps'] for r in mine)})"
+        out[f"{protocol}: worst grad_rel"] = max(r["grad_rel"] for r in mine)
+        out[f"{protocol}: seeds converged"] = f"{sum(r['converged'] for r in mine)} of {n_seeds * len(mine)}"
+    old, new = rows[0::2], rows[1::2]
+    out["speed-up"] = out["float64: core-seconds"] / out["float32 -> float64: core-seconds"]
+    gaps = [abs(b - a) / abs(a) for o, n in zip(old, new) for a, b in zip(o["test_error"], n["test_error"])]
+    out["test error: largest relative gap"] = max(gaps)
+    out["test error: median relative gap"] = statistics.median(gaps)
+    out["per point (s old / new)"] = "; ".join(f"{o['point']}: {o['s']:.0f}/{n['s']:.0f}" for o, n in zip(old, new))
+    return out
+
+
+def _lbfgs_to(problem, L0, tol_grad: float, steps: int = 200):
+    """Float64 L-BFGS of `problem` from its current parameters to tol_grad, gradients relative to L0."""
+    import pytorch_lightning as pl
+
+    from attnrepro.jobs.fit import _quiet_lightning
+    from attnrepro.lit.replica import ReplicaModule, TickDataModule
+
+    _quiet_lightning()
+    module = ReplicaModule(problem, "lbfgs", 1.0, steps, 5, 0.0, tol_grad, 0.0, initial_objective=L0)
+    pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False,
+               num_sanity_val_steps=0).fit(module, datamodule=TickDataModule())
+    return module.global_step, module.stop
+
+
+def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
+    """Cold starts against warm starts along a path (each point from the previous point's answer): the
+    lambda path at alpha = 0.16, descending, and the alpha path at lambda = 1e-4, ascending. L_0 is each
+    point's cold-init objective in both, so that tol_grad means the same."""
+    import torch
+
+    from attnrepro.config import validate
+    from attnrepro.jobs.grid import compose
+    from attnrepro.papers.tied_attention.problem import build
+    from attnrepro.seeding import replica_generators
+
+    torch.set_num_threads(1)
+    paths = {"lambda path (alpha = 0.16)": [["task.alpha=0.16", f"model.lam={lam}"]
+                                            for lam in (0.3, 0.1, 0.03, 0.01, 0.001, 0.0001)],
+             "alpha path (lambda = 1e-4)": [[f"task.alpha={a}", "model.lam=0.0001"] for a in (0.12, 0.14, 0.16, 0.18)]}
+    out = {"case": f"warm starts, tied_interpolation_peak, d={d}, {n_seeds} seeds, float64 L-BFGS to 2e-5"}
+    for name, points in paths.items():
+        seconds, gaps, previous = {"cold": 0.0, "warm": 0.0}, [], None
+        for point in points:
+            obj = validate(compose(["experiment=tied_interpolation_peak", f"task.d={d}", f"n_seeds={n_seeds}", *point]))
+            answers = {}
+            for start in ("cold", "warm") if previous is not None else ("cold",):
+                problem, _ = build(obj.task, obj.model, obj.train, replica_generators(obj.seed, n_seeds))
+                L0 = problem.accumulate(None)
+                if start == "warm":
+                    with torch.no_grad():
+                        for p, q in zip(problem.parameters(), previous, strict=True):
+                            p.copy_(q)
+                t = time.process_time()
+                steps, stop = _lbfgs_to(problem, L0, 2e-5)
+                seconds[start] += time.process_time() - t
+                m = problem.evaluate()
+                answers[start] = ([p.detach().clone() for p in problem.parameters()], m["test_error"].tolist())
+                out[f"{name} {' '.join(point)}, {start}: steps, test errors, objectives"] = (
+                    f"{steps}, {[round(v, 5) for v in m['test_error'].tolist()]}, "
+                    f"{[round(v, 6) for v in m['objective'].tolist()]}, {stop}")
+            if "warm" in answers:
+                gaps += [abs(w - c) / c for c, w in zip(answers["cold"][1], answers["warm"][1])]
+            previous = answers["warm" if "warm" in answers else "cold"][0]
+        out[f"{name}: core-seconds cold, warm"] = (f"{seconds['cold']:.1f}, {seconds['warm']:.1f} "
+                                                   "(the first point is cold in both)")
+        out[f"{name}: largest relative test-error gap, warm against cold"] = max(gaps)
+    return out
+
+
 CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized, "tied_authors": case_tied_authors,
          "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se,
-         "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit}
+         "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit,
+         "tied_slice": case_tied_slice, "tied_warm_starts": case_tied_warm_starts}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=sorted(CASES), help="run one case in this process (internal)")
     ap.add_argument("--only", nargs="*", choices=sorted(CASES), help="cases to run (default: all)")
+    ap.add_argument("--slice-d", type=int, default=200, help="tied_slice's d (default 200, the paper's)")
     args = ap.parse_args()
     if args.case:
-        print(json.dumps(CASES[args.case]()))
+        print(json.dumps(CASES[args.case](**({"d": args.slice_d} if args.case == "tied_slice" else {}))))
         return 0
     results = []
     for name in args.only or CASES:
         print(f"[bench] {name} ...", flush=True)
-        out = subprocess.run([sys.executable, __file__, "--case", name], cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, __file__, "--case", name, "--slice-d", str(args.slice_d)], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
         if out.returncode != 0:
-            print(out.stderr[-2000:])
             return out.returncode
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     for r in results:

@@ -40,6 +40,9 @@ def test_replicas_equal_separate_runs(job_config, case):
 STOPPING_CASES = {  # float64, each seed stopping on its own test at its own step
     "L-BFGS to tol_grad": ["experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2", "model.lam=0.01",
                            "train.tol_grad=3e-5", "train.steps=100"],
+    "L-BFGS in float32, then float64": ["experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2",
+                                        "model.lam=0.01", "train.tol_grad=3e-5", "train.steps=100",
+                                        "train.coarse_dtype=float32", "train.coarse_tol_grad=1e-3"],
     "Adam to tol or tol_grad": ["experiment=tied_error_vs_alpha", "task.d=16", "task.alpha=0.2", "model.lam=0.0",
                                 "task.Delta=0.5", "train.dtype=float64", "train.steps=2000", "train.log_every=10"],
     "GD to tol_grad": ["experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=16", "task.n_per_d=8",

@@ -18,7 +18,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
@@ -55,6 +55,12 @@ class TrainConfig:
     With tol_grad > 0 each seed's record says whether it converged. Every trained run has a
     stopping test (tol_grad > 0), or says ``fixed_steps: true`` where a fixed number of steps is the
     protocol (paper A's one gradient step); its conf file says why, and its claims name the step count.
+
+    L-BFGS in two precisions: with ``coarse_dtype`` set, a seed first trains in that dtype until its
+    relative gradient is at most ``coarse_tol_grad`` or its objective stalls (relative change below
+    ``coarse_tol`` between logs), then goes on in ``dtype`` from there to tol_grad. Both stages measure
+    the gradient against the same L_0 (the objective at the initial point, in dtype); the recorded gradient
+    is the one in dtype; ``steps`` caps each stage.
     """
 
     name: str = "one_step"
@@ -69,6 +75,9 @@ class TrainConfig:
     tol_grad: float = 0.0
     tol_move: float = 0.0
     fixed_steps: bool = False
+    coarse_dtype: Optional[DType] = None
+    coarse_tol_grad: float = 0.0
+    coarse_tol: float = 0.0
 
 
 @dataclass
@@ -192,6 +201,16 @@ def _checks(cfg: Any) -> List[str]:
         need(train.fixed_steps != (train.tol_grad > 0), "train.tol_grad",
              f"a trained run needs a stopping test, tol_grad > 0, or train.fixed_steps=true where a fixed number "
              f"of steps is the protocol (not both); got tol_grad={train.tol_grad}, fixed_steps={train.fixed_steps}")
+    if train.coarse_dtype is not None:
+        need(train.optimizer is Optimizer.lbfgs and train.coarse_dtype is not train.dtype, "train.coarse_dtype",
+             f"a first stage in another precision is for L-BFGS, in a dtype other than train.dtype; got "
+             f"optimizer={train.optimizer.value}, coarse_dtype={train.coarse_dtype.value}, dtype={train.dtype.value}")
+        need(train.coarse_tol_grad > 0 or train.coarse_tol > 0, "train.coarse_tol_grad",
+             f"the first stage needs a test to end it, coarse_tol_grad > 0 or coarse_tol > 0; got "
+             f"coarse_tol_grad={train.coarse_tol_grad}, coarse_tol={train.coarse_tol}")
+    need(all(math.isfinite(v) and v >= 0 for v in (train.coarse_tol, train.coarse_tol_grad)), "train.coarse_tol",
+         f"tolerances must be finite and >= 0, got coarse_tol={train.coarse_tol}, "
+         f"coarse_tol_grad={train.coarse_tol_grad}")
     for paper in PAPERS:
         paper.checks(cfg, need)
     return errs

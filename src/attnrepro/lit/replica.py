@@ -52,10 +52,15 @@ class TickDataModule(pl.LightningDataModule):
 # (12.6 against 4.4 s for one tied_scaling_laws job, 56 against 60 steps, test errors equal to 3e-4).
 LBFGS_HISTORY = 10
 
+# L-BFGS's own absolute test on the objective's and the step's change (torch's tolerance_change = 1e-9) is
+# off: the objective's scale is the problem's (a sum over n samples), and near the minimum of a small one
+# g.d fell below 1e-9 above tol_grad, so a seed spent its step cap without moving (d = 20, n = 64, lambda =
+# 0.01: 200 steps stuck at 2.07e-5 > tol_grad 2e-5; 14 steps with the test off). The stopping tests of this
+# module decide; a step that is no descent direction (g.d >= 0) still ends the step.
 OPTIMIZERS = {
     "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
     "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
-    "lbfgs": lambda params, lr: ReplicaLBFGS(params, lr=lr, history_size=LBFGS_HISTORY),
+    "lbfgs": lambda params, lr: ReplicaLBFGS(params, lr=lr, history_size=LBFGS_HISTORY, tolerance_change=0.0),
 }
 
 CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
@@ -63,7 +68,10 @@ CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
 
 class ReplicaModule(pl.LightningModule):
     def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int,
-                 tol: float = 0.0, tol_grad: float = 0.0, tol_move: float = 0.0):
+                 tol: float = 0.0, tol_grad: float = 0.0, tol_move: float = 0.0,
+                 initial_objective: torch.Tensor | None = None):
+        """initial_objective: L_0 when training goes on from an earlier stage (else the objective at the
+        first step)."""
         super().__init__()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
@@ -75,7 +83,7 @@ class ReplicaModule(pl.LightningModule):
         self.stop_step: list[float] | None = None   # per replica: the step it stopped at (nan: never)
         self._last_objective: torch.Tensor | None = None
         self._held: list[torch.Tensor] | None = None  # SGD/Adam: the frozen replicas' parameters
-        self.initial_objective: torch.Tensor | None = None
+        self.initial_objective = initial_objective
 
     @property
     def checks(self) -> bool:
@@ -111,8 +119,9 @@ class ReplicaModule(pl.LightningModule):
         for p in self.problem.parameters():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
-        if self.initial_objective is None:
-            self.initial_objective = loss.detach()
+        if self.stop is None:
+            self.initial_objective = (loss.detach() if self.initial_objective is None
+                                      else self.initial_objective.to(loss.device))
             n = loss.shape[0]
             self.stop, self.stop_step = [None] * n, [float("nan")] * n
         return loss
