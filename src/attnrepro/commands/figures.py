@@ -16,7 +16,8 @@ computed, or claim ids are missing or repeated (the report still lists it). wand
 figure and the claims table to one W&B run (job_type report). refresh_reference=true makes this run's
 claims.csv the profile's reference (commit it): the figures drawn replace their rows and every other
 figure's rows are kept (with figures=, or when figures without data were skipped); the whole reference is
-replaced only when every registered figure was drawn.
+replaced only when every registered figure was drawn. It needs a source checkout: from an installed wheel
+(`pip install .`) it is an error, before anything is drawn.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
     """Draw the figures (all, or those named), write the report and claims; 1 when one failed.
     with_data (the command without figures=): instead of all, those with data (`_with_data`); `reproduce`
     leaves it off and draws every figure of what it ran."""
+    from attnrepro.locations import CHECKOUT
     from attnrepro.report.aggregate import CorruptStatus, aggregate, read_status
     from attnrepro.report.figure_spec import specs
     from attnrepro.report.html import build_report
 
+    if refresh_reference and CHECKOUT is None:
+        raise UsageError("refresh_reference=true needs a source checkout (git clone; pip install -e .): "
+                         "an installed wheel's reference is its packaged, read-only copy")
     try:
         specs(figures)
     except KeyError as e:

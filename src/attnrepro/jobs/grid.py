@@ -25,7 +25,8 @@ from typing import Any, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+from attnrepro.locations import CONF_DIR  # the repository's conf/, or the wheel's copy
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 

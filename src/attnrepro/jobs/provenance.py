@@ -19,7 +19,9 @@ import subprocess
 from pathlib import Path
 from typing import Iterable
 
-SRC = Path(__file__).resolve().parents[2]
+from attnrepro.locations import CHECKOUT
+
+SRC = Path(__file__).resolve().parents[2]  # the folder holding attnrepro: src/, or site-packages
 PACKAGE = "attnrepro"
 # modules that decide no number: never followed unless they are a job's root
 NOT_FOLLOWED = ("attnrepro.jobs", "attnrepro.config", "attnrepro.report", "attnrepro.stats", "attnrepro.commands",
@@ -122,7 +124,10 @@ def fingerprint(roots: tuple[str, ...], skip: tuple[str, ...] = NOT_FOLLOWED) ->
 
 @functools.lru_cache(maxsize=None)
 def commit() -> str | None:
-    """The checkout's commit, with '+dirty' when src/ has uncommitted changes; None outside git."""
+    """The checkout's commit, with '+dirty' when src/ has uncommitted changes; None outside git, and in an
+    installed wheel (whose site-packages may lie in some other repository)."""
+    if CHECKOUT is None:
+        return None
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=SRC, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-SWEEP_SECONDS = Path(__file__).resolve().parents[3] / "reference" / "sweep_seconds.csv"
+from attnrepro.locations import REFERENCE_DIR
+
+SWEEP_SECONDS = REFERENCE_DIR / "sweep_seconds.csv"
 
 
 def read_sweep_seconds(profile: str, path: Path = SWEEP_SECONDS) -> dict[str, float]:

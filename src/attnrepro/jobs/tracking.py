@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from attnrepro.jobs.records import atomic_write
+from attnrepro.locations import CHECKOUT
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,9 @@ def sweep_group(cfg: DictConfig) -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the code that runs (None outside a git checkout)."""
+    """The commit of the code that runs (None outside a git checkout, and in an installed wheel)."""
+    if CHECKOUT is None:
+        return None
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                              text=True, timeout=10)

@@ -18,8 +18,9 @@ interface lit.replica.ReplicaModule uses:
 ``packages()`` checks every package against this contract when it loads them, and
 ``config_modules()`` every config module, raising one PaperContractError that names the package
 and what it lacks; ``check_registry()`` also checks that each declared test file exists and holds a
-test (tests/test_registry.py). A third paper is one more package here, named in PACKAGES:
-docs/adding_a_paper.md. This module imports no other attnrepro module (it is no provenance root).
+test (tests/test_registry.py; skipped in an installed wheel, which has no tests/). A third paper is one more
+package here, named in PACKAGES: docs/adding_a_paper.md. This module imports no other attnrepro module but
+attnrepro.locations (paths only; it is no provenance root).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import importlib
 import re
 from pathlib import Path
 from types import ModuleType
+
+from attnrepro.locations import TESTS_DIR  # the repository's tests/; None in an installed wheel
 
 PACKAGES = ("sparse_xor", "tied_attention")
 
@@ -38,7 +41,6 @@ IN_TREE_TESTS = {
     "tied_attention": ("test_tied_attention.py", "test_psd_exact_fit.py", "test_state_evolution.py",
                        "test_direct_state_evolution.py"),
 }
-TESTS_DIR = Path(__file__).resolve().parents[3] / "tests"
 
 
 class PaperContractError(TypeError):
@@ -182,8 +184,11 @@ def theory_curves() -> list:
             for curve in submodule(package, package.THEORY).CURVES]
 
 
-def declared_test_errors(package: ModuleType, tests_dir: Path = TESTS_DIR) -> list[str]:
-    """The package's declared test files that do not exist under tests_dir or define no test function."""
+def declared_test_errors(package: ModuleType, tests_dir: Path | None = TESTS_DIR) -> list[str]:
+    """The package's declared test files that do not exist under tests_dir or define no test function (none
+    checked without a tests_dir: an installed wheel has no tests/)."""
+    if tests_dir is None:
+        return []
     errors = []
     for rel in tests_of(package) or ():
         path = Path(tests_dir) / rel
@@ -194,7 +199,7 @@ def declared_test_errors(package: ModuleType, tests_dir: Path = TESTS_DIR) -> li
     return errors
 
 
-def check_registry(tests_dir: Path = TESTS_DIR) -> None:
+def check_registry(tests_dir: Path | None = TESTS_DIR) -> None:
     """The whole contract: every package and config module (as packages() and config_modules()), and
     every declared test file under tests_dir; one PaperContractError naming each package at fault."""
     loaded = packages()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-REFERENCE_DIR = Path(__file__).resolve().parents[3] / "reference"
+from attnrepro.locations import REFERENCE_DIR  # the repository's reference/, or the wheel's copy
+
 # The state evolution's claims are root solves stopped at their tolerance: two runs of the same code (seen:
 # on different days, at other thread counts) moved 24 of them by 1e-9 to 9.7e-7 relative (and one
 # decomposition claim by 3.8e-5, which stays listed). A move beyond 1e-6 is a change.
