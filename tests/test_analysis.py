@@ -83,6 +83,19 @@ def test_bootstrap_is_deterministic_and_keeps_group_sizes():
     assert fits.percentile_ci([np.nan, np.nan, 1.0]) == (pytest.approx(np.nan, nan_ok=True),) * 2
 
 
+def test_bootstrap_does_not_depend_on_the_rows_order():
+    """Records are read in the order of their keys; the same seeds in another order give the same CI."""
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"key": np.repeat(["a", "b", "c"], 6), "seed": np.tile(np.arange(6), 3),
+                       "v": rng.normal(size=18)})
+    mean = lambda t: t.groupby("key")["v"].mean().to_numpy()  # noqa: E731
+    shuffled = df.iloc[rng.permutation(len(df))]
+    np.testing.assert_array_equal(fits.bootstrap(df, ["key"], mean, 40), fits.bootstrap(shuffled, ["key"], mean, 40))
+    no_seed = df.drop(columns="seed")  # without seeds the order is the table's: another order, other draws
+    assert not np.array_equal(fits.bootstrap(no_seed, ["key"], mean, 40),
+                              fits.bootstrap(no_seed.iloc[::-1], ["key"], mean, 40))
+
+
 def _logistic_seeds(ds, xs, x0, k=4.0, n=200):
     """Per-seed table whose success rate at (d, x) is exactly round(n rate) / n, rate logistic in log x."""
     rows = []

@@ -116,9 +116,14 @@ def quantiles(values, qs=(0.25, 0.5, 0.75)) -> tuple[float, ...]:
 def resamples(df: pd.DataFrame, by: Sequence[str], n_boot: int = 200, seed: int = 0) -> Iterator[np.ndarray]:
     """Row positions of ``n_boot`` seed-bootstrap resamples of df: within every group of ``by``
     (one group = one grid point) its rows are drawn with replacement, keeping the group's size.
-    Deterministic for a given seed."""
+    Deterministic for a given seed, and independent of the rows' order: groups are taken in sorted
+    order and, where df has a ``seed`` column, a group's rows in seed order (records are read in the
+    order of their keys, which change with the config schema)."""
     rng = np.random.default_rng(seed)
-    groups = [np.asarray(ix) for ix in df.groupby(list(by), sort=True).indices.values()]  # order-independent
+    groups = [np.asarray(ix) for ix in df.groupby(list(by), sort=True).indices.values()]
+    if "seed" in df.columns:
+        seeds = df["seed"].to_numpy()
+        groups = [g[np.argsort(seeds[g], kind="stable")] for g in groups]
     for _ in range(n_boot):
         yield np.concatenate([g[rng.integers(0, g.size, g.size)] for g in groups])
 
