@@ -6,6 +6,7 @@
     attnrepro aggregate [profile=quick] [figures=a,b]       records -> tables
     attnrepro figures [figures=a,b]                         tables -> figures, report, claims
     attnrepro compare-theory outputs=DIR                    the state evolution against any sweep
+    attnrepro new-paper NAME [--dir DIR]                    a new paper's package (entry point: no edit here)
 
 `attnrepro <command> --help` says more.
 """
@@ -16,11 +17,21 @@ import importlib
 import sys
 
 COMMANDS = {"reproduce": "reproduce", "aggregate": "aggregate", "figures": "figures",
-            "compare-theory": "compare_theory"}
+            "compare-theory": "compare_theory", "new-paper": "new_paper"}
 HYDRA_APPS = ("train", "theory")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attnrepro.papers import PaperContractError
+
+    try:
+        return _main(argv)
+    except PaperContractError as e:  # a paper package (in-tree or installed) that breaks the contract: one line
+        print(f"attnrepro: {e}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -37,9 +37,10 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
     from attnrepro.report.figure_spec import specs
     from attnrepro.report.html import build_report
 
-    if refresh_reference and CHECKOUT is None:
+    if refresh_reference and CHECKOUT is None and not (figures and set(figures) <= set(_outside_references(""))):
         raise UsageError("refresh_reference=true needs a source checkout (git clone; pip install -e .): "
-                         "an installed wheel's reference is its packaged, read-only copy")
+                         "an installed wheel's reference is its packaged, read-only copy (a paper installed from "
+                         "outside refreshes its own with figures=<its figures>)")
     try:
         specs(figures)
     except KeyError as e:
@@ -106,10 +107,25 @@ def _with_data(outputs: str) -> list[str] | None:
     return drawn
 
 
+def _outside_references(profile: str) -> dict:
+    """{figure: its reference claims table} of the figures of papers installed from outside (each keeps its
+    own, <package>/reference/claims_<profile>.csv); attnrepro's figures are not listed."""
+    from attnrepro.papers import is_external, owner, package_dir
+    from attnrepro.report.figure_spec import specs
+
+    out = {}
+    for spec in specs():
+        package = owner(spec.table.__module__)
+        if package is not None and is_external(package):
+            out[spec.name] = package_dir(package) / "reference" / f"claims_{profile}.csv"
+    return out
+
+
 def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
     """This run's claims become the profile's reference: all of it, or, when the run drew some figures (figures=,
     or the figures with data of a run without figures=), those figures' rows: every other figure's reference
-    rows are kept, so figures skipped for lack of data never lose theirs."""
+    rows are kept, so figures skipped for lack of data never lose theirs. The claims of a paper installed from
+    outside go to its own reference table, the others to attnrepro's reference/."""
     import pandas as pd
 
     from attnrepro.jobs.records import atomic_write
@@ -117,14 +133,22 @@ def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
 
     if not profile or report.errors:
         raise UsageError("refresh_reference needs figures rendered without errors, of a known profile")
-    path = reference_path(profile)
+    outside = _outside_references(profile)
     claims = report.claims
-    if figures and path.exists():
-        kept = pd.read_csv(path)
-        claims = pd.concat([kept[~kept["figure"].isin(figures)], claims], ignore_index=True)
-    atomic_write(path, lambda f: claims.to_csv(f, index=False), newline="")
-    print(f"reference claims of profile {profile}: {path} ({len(claims)} claims"
-          + (f", those of {', '.join(figures)} from this run" if figures else "") + "); commit it")
+    targets = {reference_path(profile): claims[~claims["figure"].isin(list(outside))]}
+    for figure, path in outside.items():
+        targets.setdefault(path, claims.iloc[:0])
+        targets[path] = pd.concat([targets[path], claims[claims["figure"] == figure]], ignore_index=True)
+    for path, part in targets.items():
+        if part.empty:
+            continue  # nothing of this table drawn here: left as it is
+        if figures and path.exists():
+            kept = pd.read_csv(path)
+            part = pd.concat([kept[~kept["figure"].isin(figures)], part], ignore_index=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f, part=part: part.to_csv(f, index=False), newline="")
+        print(f"reference claims of profile {profile}: {path} ({len(part)} claims"
+              + (f", those of {', '.join(figures)} from this run" if figures else "") + "); commit it")
 
 
 def main(argv: list[str]) -> int:

@@ -31,8 +31,10 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def experiments() -> list[str]:
-    """Every experiment in conf/experiment/, i.e. every figure's sweep."""
-    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    """Every experiment in conf/experiment/ (attnrepro's and each installed paper's), i.e. every figure's sweep."""
+    from attnrepro.papers import experiment_files
+
+    return sorted(experiment_files())
 
 
 def compose_many(overrides_list: list[list[str]]) -> list[DictConfig]:
@@ -163,12 +165,20 @@ def grid_points(experiment: str, profile: str, extra: list[str] = ()) -> list[li
 
 
 def _fingerprint() -> str:
-    """Hash of every file that decides a job's config: conf/**/*.yaml and the schema modules."""
+    """Hash of every file that decides a job's config: conf/**/*.yaml and the schema modules, then those of
+    each paper installed from outside (its conf/**/*.yaml and config.py, named by its package)."""
+    from attnrepro.papers import external_packages, package_dir
+
     h = hashlib.sha256()
     schemas = [*(PACKAGE_DIR / "config").glob("*.py"), *(PACKAGE_DIR / "papers").glob("*/config.py")]
     for path in sorted([*CONF_DIR.rglob("*.yaml"), *schemas]):
         h.update(str(path.relative_to(path.parents[1])).encode())
         h.update(path.read_bytes())
+    for package in external_packages():
+        folder = package_dir(package)
+        for path in sorted([*(folder / "conf").rglob("*.yaml"), folder / f"{package.CONFIG}.py"]):
+            h.update(f"{package.__name__}:{path.relative_to(folder).as_posix()}".encode())
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -209,7 +219,9 @@ def is_cached(experiment: str, profile: str, extra: list[str] = (), outputs: str
 
 def grid_size(experiment: str, profile: str) -> int:
     """The number of jobs of the experiment's grid for the profile, read from its file (nothing composed)."""
-    grid = OmegaConf.load(CONF_DIR / "experiment" / f"{experiment}.yaml").get("grid", {}).get(profile, {})
+    from attnrepro.papers import experiment_files
+
+    grid = OmegaConf.load(experiment_files()[experiment]).get("grid", {}).get(profile, {})
     return len(product(OmegaConf.to_container(grid, resolve=False))) if grid else 1
 
 

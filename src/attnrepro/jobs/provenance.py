@@ -2,7 +2,8 @@
 
 A job names the modules that compute it (its roots: a paper's problem, a theory curve's module, a
 derived analysis). Their closure under ``import`` (static: every import statement of the module,
-also those inside functions) over attnrepro's own modules, less the machinery that decides no
+also those inside functions) over attnrepro's own modules and those of the papers installed from
+outside (attnrepro.papers.external_modules: followed like attnrepro's), less the machinery that decides no
 number (jobs/, config/, report/, stats/, commands/, figure modules, the papers' registries in their
 ``__init__``) unless named as a root, is
 fingerprinted: sha256 over each module's name and syntax tree with docstrings removed. Editing
@@ -28,6 +29,19 @@ NOT_FOLLOWED = ("attnrepro.jobs", "attnrepro.config", "attnrepro.report", "attnr
                 "attnrepro.cli")
 
 
+@functools.lru_cache(maxsize=None)
+def _external() -> tuple[str, ...]:
+    """The packages of the papers installed from outside (entry points), e.g. ("my_paper",)."""
+    from attnrepro.papers import external_modules
+
+    return tuple(external_modules())
+
+
+def _followed_top(name: str) -> bool:
+    """Whether a module is attnrepro's or belongs to a paper installed from outside."""
+    return name.split(".")[0] == PACKAGE or any(name == p or name.startswith(f"{p}.") for p in _external())
+
+
 def module_file(name: str) -> Path | None:
     """The source file of a module (package: its __init__.py); None when there is none. attnrepro's
     modules are found without importing them."""
@@ -48,17 +62,20 @@ def module_file(name: str) -> Path | None:
 
 def _is_figure_module(name: str) -> bool:
     parts = name.split(".")
-    return len(parts) > 3 and parts[1] == "papers" and parts[3].startswith("figure")
+    if len(parts) > 3 and parts[1] == "papers" and parts[3].startswith("figure"):
+        return True
+    return any(name.startswith(f"{p}.") and name[len(p) + 1:].startswith("figure") for p in _external())
 
 
 def _is_registry(name: str) -> bool:
     """attnrepro.papers and a paper package's __init__: lists of names (PACKAGES, TASKS, FIGURES), no numbers."""
     parts = name.split(".")
-    return parts[:2] == [PACKAGE, "papers"] and len(parts) <= 3
+    return parts[:2] == [PACKAGE, "papers"] and len(parts) <= 3 or name in _external()
 
 
 def _imports(name: str, tree: ast.AST) -> set[str]:
-    """The attnrepro modules a module's import statements name (relative ones resolved)."""
+    """The attnrepro modules (and installed papers' modules) a module's import statements name (relative ones
+    resolved)."""
     package = name if module_file(name).name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(tree):
@@ -71,7 +88,7 @@ def _imports(name: str, tree: ast.AST) -> set[str]:
                 base = ".".join([*parent, base] if base else parent)
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in out if m.split(".")[0] == PACKAGE and module_file(m) is not None}
+    return {m for m in out if _followed_top(m) and module_file(m) is not None}
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:

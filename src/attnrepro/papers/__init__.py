@@ -7,7 +7,8 @@ and figures. A paper package's ``__init__`` declares, without importing anything
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
   THEORY  module or None         the theory curves: CURVES (jobs.theory runs them)
   TESTS   (path, ...)            its numerical tests, paths relative to the repository's tests/ (the
-                                 in-tree papers' are in IN_TREE_TESTS below; a package's own TESTS wins)
+                                 in-tree papers' are in IN_TREE_TESTS below; a package's own TESTS wins), or,
+                                 for a paper installed from outside, relative to its own package folder
 
 A problem is data + model + objective + metrics, in plain torch, replicated over seeds, with the
 interface lit.replica.ReplicaModule uses:
@@ -18,21 +19,29 @@ interface lit.replica.ReplicaModule uses:
 ``packages()`` checks every package against this contract when it loads them, and
 ``config_modules()`` every config module, raising one PaperContractError that names the package
 and what it lacks; ``check_registry()`` also checks that each declared test file exists and holds a
-test (tests/test_registry.py; skipped in an installed wheel, which has no tests/). A third paper is one more
-package here, named in PACKAGES: docs/adding_a_paper.md. This module imports no other attnrepro module but
+test (tests/test_registry.py; skipped in an installed wheel, which has no tests/).
+
+A paper registers in one of two ways (docs/adding_a_paper.md): a package here, named in PACKAGES, or any
+installed package that names itself in the entry point group ENTRY_POINT_GROUP ("attnrepro.papers"; the
+value is the package's module name), with no edit of attnrepro. Such an outside paper keeps its Hydra
+options and experiments in <package>/conf/ (added to Hydra's search path: hydra_plugins.attnrepro_papers),
+its reference claims in <package>/reference/claims_<profile>.csv, and its tests in its own folder.
+`attnrepro new-paper NAME` writes one. This module imports no other attnrepro module but
 attnrepro.locations (paths only; it is no provenance root).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from pathlib import Path
 from types import ModuleType
 
-from attnrepro.locations import TESTS_DIR  # the repository's tests/; None in an installed wheel
+from attnrepro.locations import CONF_DIR, TESTS_DIR  # conf/; the repository's tests/ (None in an installed wheel)
 
 PACKAGES = ("sparse_xor", "tied_attention")
+ENTRY_POINT_GROUP = "attnrepro.papers"  # installed papers: entry point value = the paper package's module name
 
 # The numerical tests of the in-tree papers (paths relative to tests/), kept here so that their
 # packages stay as they are; a new paper declares TESTS in its own __init__, which takes precedence.
@@ -64,10 +73,11 @@ def _test_paths(v) -> bool:
 CONTRACT = {
     "TASKS": ("a dict {task.name: module name}", _name_map, True),
     "SOLVERS": ("a dict {model.name: module name}", _name_map, False),
-    "CONFIG": ('"config" (jobs.grid hashes papers/*/config.py for its cache)', lambda v: v == "config", True),
+    "CONFIG": ('"config" (jobs.grid hashes <package>/config.py for its cache)', lambda v: v == "config", True),
     "FIGURES": ("a tuple of figure module names", _names, True),
     "THEORY": ("a module name or None", lambda v: v is None or isinstance(v, str) and bool(v), True),
-    "TESTS": ("a non-empty tuple of test files, relative to tests/", _test_paths, True),
+    "TESTS": ("a non-empty tuple of test files, relative to tests/ (an installed paper: to its package folder)",
+              _test_paths, True),
 }
 CONFIG_CONTRACT = {
     "SCHEMAS": ("a dict {group: {schema name: dataclass}}",
@@ -81,9 +91,19 @@ def _short(package: ModuleType) -> str:
     return package.__name__.rpartition(".")[2]
 
 
+def is_external(package: ModuleType) -> bool:
+    """Whether the paper was registered through an entry point (not a package of attnrepro.papers)."""
+    return not package.__name__.startswith(f"{__name__}.")
+
+
+def package_dir(package: ModuleType) -> Path:
+    """The folder of a paper package (its conf/, reference/ and tests, for an installed paper)."""
+    return Path(package.__file__).resolve().parent
+
+
 def tests_of(package: ModuleType):
     """The package's declared numerical tests: its TESTS, else its IN_TREE_TESTS entry (None: none)."""
-    return getattr(package, "TESTS", IN_TREE_TESTS.get(_short(package)))
+    return getattr(package, "TESTS", None if is_external(package) else IN_TREE_TESTS.get(_short(package)))
 
 
 def _problems(module: ModuleType, contract: dict, values: dict) -> list[str]:
@@ -123,19 +143,121 @@ def _unique(packages: list[ModuleType], attr: str, what: str) -> dict[str, list[
             for name in owners if len(owners[name]) > 1}
 
 
+@functools.lru_cache(maxsize=None)
+def _entry_points() -> tuple[tuple[str, str, str], ...]:
+    """(distribution, entry point name, value) of every installed paper, in order of value, each value once
+    (the same distribution found twice on sys.path counts once). Cached: refresh() after installing one."""
+    from importlib.metadata import entry_points
+
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        found.setdefault(ep.value.strip(), (dist.name if dist is not None else "?", ep.name, ep.value.strip()))
+    return tuple(found[v] for v in sorted(found))
+
+
+def refresh() -> None:
+    """Forget the installed papers found so far (their entry points are read again on next use)."""
+    _entry_points.cache_clear()
+
+
+def external_modules() -> list[str]:
+    """The module names of the papers installed from outside (entry points; nothing imported)."""
+    return [value for _, _, value in _entry_points()]
+
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _load_external(dist: str, name: str, value: str) -> ModuleType:
+    where = f"paper package {value} (entry point {name!r} of distribution {dist}, group {ENTRY_POINT_GROUP})"
+    if not _MODULE_NAME.match(value):
+        raise PaperContractError(f"{where}: the entry point's value must be a package's module name, "
+                                 f"e.g. my_paper, not {value!r} (docs/adding_a_paper.md)")
+    if value == __name__ or value.startswith(f"{__name__}."):
+        raise PaperContractError(f"{where}: an in-tree paper is named in attnrepro.papers.PACKAGES, not by an "
+                                 "entry point (docs/adding_a_paper.md)")
+    try:
+        return importlib.import_module(value)
+    except Exception as e:  # noqa: BLE001 - any failure to import is the package's: one line naming it
+        raise PaperContractError(f"{where}: cannot be imported: {type(e).__name__}: {e} "
+                                 "(docs/adding_a_paper.md)") from e
+
+
+def conf_files(folder: Path) -> list[str]:
+    """The config files of a conf/ folder, relative to it (as Hydra names them: group/option.yaml)."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.yaml"))
+
+
+def external_errors(package: ModuleType) -> list[str]:
+    """What an installed paper lacks besides the __init__ contract: being a package with conf/experiment/*.yaml."""
+    if not hasattr(package, "__path__") or not getattr(package, "__file__", None):
+        return ["is a module, not a package with a folder (its conf/ and reference/ live in that folder)"]
+    conf = package_dir(package) / "conf"
+    if not any((conf / "experiment").glob("*.yaml")):
+        return [f"missing conf/experiment/*.yaml in {package_dir(package)} (its experiments; the package data must "
+                "be installed with it)"]
+    return []
+
+
+def _clashes(loaded: list[ModuleType]) -> dict[str, list[str]]:
+    """Config files an installed paper shares with attnrepro's conf/ or another paper's (Hydra would read the
+    first on the search path and silently ignore the other)."""
+    owners: dict[str, list[str]] = {rel: ["attnrepro"] for rel in conf_files(CONF_DIR)}
+    for package in loaded:
+        if is_external(package):
+            for rel in conf_files(package_dir(package) / "conf"):
+                owners.setdefault(rel, []).append(package.__name__)
+    out: dict[str, list[str]] = {}
+    for rel, where in owners.items():
+        if len(where) > 1:
+            out.setdefault(where[-1], []).append(f"conf/{rel} is also in {' and '.join(where[:-1])}")
+    return out
+
+
 _checked: tuple[ModuleType, ...] = ()  # the packages last found to meet the contract (held: no id reuse)
 
 
 def packages() -> list[ModuleType]:
-    """The paper packages of PACKAGES, checked against the contract (PaperContractError) when first
-    loaded, and again whenever PACKAGES or a package object changes."""
+    """The paper packages of PACKAGES, then those installed with an entry point (ENTRY_POINT_GROUP), checked
+    against the contract (PaperContractError) when first loaded, and again whenever the list or a package
+    object changes."""
     global _checked
     loaded = [importlib.import_module(f"{__name__}.{name}") for name in PACKAGES]
+    loaded += [_load_external(*ep) for ep in _entry_points()]
     if len(loaded) != len(_checked) or any(a is not b for a, b in zip(loaded, _checked)):
-        _raise({p.__name__: errs for p in loaded if (errs := contract_errors(p))})
+        _raise({p.__name__: errs for p in loaded
+                if (errs := contract_errors(p) + (external_errors(p) if is_external(p) else []))})
         _raise({**_unique(loaded, "TASKS", "task.name"), **_unique(loaded, "SOLVERS", "model.name")})
+        _raise(_clashes(loaded))
         _checked = tuple(loaded)
     return loaded
+
+
+def external_packages() -> list[ModuleType]:
+    """The papers installed from outside (checked, as packages())."""
+    return [p for p in packages() if is_external(p)]
+
+
+def conf_dirs() -> list[Path]:
+    """attnrepro's conf/, then each installed paper's conf/ (Hydra's search path, in this order)."""
+    return [CONF_DIR, *(package_dir(p) / "conf" for p in external_packages())]
+
+
+def experiment_files() -> dict[str, Path]:
+    """Every experiment's file, by name: conf/experiment/ of attnrepro and of each installed paper."""
+    return {p.stem: p for folder in conf_dirs() for p in sorted((folder / "experiment").glob("*.yaml"))}
+
+
+def reference_files(profile: str) -> list[Path]:
+    """The installed papers' reference claims tables of a profile that exist (<package>/reference/)."""
+    paths = [package_dir(p) / "reference" / f"claims_{profile}.csv" for p in external_packages()]
+    return [p for p in paths if p.is_file()]
+
+
+def owner(module: str) -> ModuleType | None:
+    """The paper package a module belongs to (None: none)."""
+    return next((p for p in packages() if module == p.__name__ or module.startswith(f"{p.__name__}.")), None)
 
 
 def submodule(package: ModuleType, name: str) -> ModuleType:
@@ -185,8 +307,10 @@ def theory_curves() -> list:
 
 
 def declared_test_errors(package: ModuleType, tests_dir: Path | None = TESTS_DIR) -> list[str]:
-    """The package's declared test files that do not exist under tests_dir or define no test function (none
-    checked without a tests_dir: an installed wheel has no tests/)."""
+    """The package's declared test files that do not exist under tests_dir (an installed paper: its own
+    folder) or define no test function (none checked without a tests_dir: an installed wheel has no tests/)."""
+    if is_external(package):
+        tests_dir = package_dir(package)
     if tests_dir is None:
         return []
     errors = []

@@ -1,9 +1,10 @@
 """claims.csv against a reference claims table, claim by claim (matched on the stable claim id).
 
 The quick profile's reference lies in the repo (reference/claims_quick.csv) and is refreshed on
-purpose (`attnrepro figures refresh_reference=true`). A claim has changed when its verdict flips or
-its measured value moves by more than ``rtol`` (relative); claims present on one side only are
-listed as added or removed.
+purpose (`attnrepro figures refresh_reference=true`); a paper installed from outside keeps its own
+(<package>/reference/claims_<profile>.csv, papers.reference_files), read with attnrepro's. A claim has
+changed when its verdict flips or its measured value moves by more than ``rtol`` (relative); claims present
+on one side only are listed as added or removed.
 """
 
 from __future__ import annotations
@@ -55,19 +56,31 @@ def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -
     return pd.DataFrame(rows, columns=["id", "change", "measured", "reference", "holds", "reference_holds"])
 
 
+def reference_paths(profile: str) -> list[Path]:
+    """The profile's reference claims tables that exist: attnrepro's, then each installed paper's."""
+    from attnrepro.papers import reference_files
+
+    return [p for p in [reference_path(profile)] if p.is_file()] + reference_files(profile)
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(REFERENCE_DIR.parent)) if path.is_relative_to(REFERENCE_DIR.parent) else str(path)
+
+
 def against_reference(claims: pd.DataFrame, profile: str | None,
                       figures: list[str] | None = None) -> tuple[pd.DataFrame | None, str]:
-    """(differences, note) of claims against the profile's committed reference, restricted to the
-    reference's claims of `figures` when given (a run that drew some figures); None when there is none."""
-    path = reference_path(profile) if profile else None
-    if path is None or not path.is_file():
+    """(differences, note) of claims against the profile's committed reference (attnrepro's and the installed
+    papers', together), restricted to the reference's claims of `figures` when given (a run that drew some
+    figures); None when there is none."""
+    paths = reference_paths(profile) if profile else []
+    if not paths:
         return None, f"no reference claims table for profile {profile!r}" if profile else "profile unknown"
     try:
-        reference = pd.read_csv(path)
+        reference = pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
     except (OSError, ValueError) as e:
-        return None, f"reference {path} unreadable: {e}"
+        return None, f"reference {', '.join(map(str, paths))} unreadable: {e}"
     if figures is not None:
         reference = reference[reference["figure"].isin(figures)]
     diff = compare(claims, reference)
-    return diff, (f"against {path.relative_to(REFERENCE_DIR.parent)}: {len(diff)} of {len(claims)} claims differ"
+    return diff, (f"against {' and '.join(_name(p) for p in paths)}: {len(diff)} of {len(claims)} claims differ"
                   + (f" (the reference's claims of {len(figures)} figures)" if figures is not None else ""))
