@@ -58,6 +58,10 @@ def registered(monkeypatch, tmp_path):
     yield register
     for name in [m for m in sys.modules if m.split(".")[0] == NAME or m.startswith("broken_paper")]:
         del sys.modules[name]
+    from attnrepro.report.figure_spec import REGISTRY
+
+    for figure in [f for f, spec in REGISTRY.items() if spec.plot.__module__.split(".")[0] == NAME]:
+        del REGISTRY[figure]  # its figures leave with it (the registry is process-wide)
     monkeypatch.undo()
     reset()
     papers.packages()  # the in-tree papers alone again
