@@ -1,4 +1,4 @@
-"""Helpers of the end-to-end tests: run pipelines/train.py in a subprocess, read its records back."""
+"""Helpers of the end-to-end tests: run `attnrepro train` in a subprocess, read its records back."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from typing import Callable
 from attnrepro.jobs.records import CorruptRecord, scan
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ROOT / "pipelines" / "train.py"
-
-# pipelines/train.py whose first job runs and every later one waits for ever (before its training starts),
+# `attnrepro train` whose first job runs and every later one waits for ever (before its training starts),
 # so that a test can kill a sweep with exactly one record written, however busy the machine.
 GATED_TRAIN = """
-import runpy, sys, time
+import sys, time
 import attnrepro.jobs.fit as fit_module
 real_fit, calls = fit_module.fit, []
 def gated_fit(*args, **kwargs):
@@ -27,8 +25,8 @@ def gated_fit(*args, **kwargs):
         time.sleep(60)
     return real_fit(*args, **kwargs)
 fit_module.fit = gated_fit
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+from attnrepro.cli import main
+sys.exit(main(["train", *sys.argv[1:]]))
 """
 
 # "[experiment] job 3/6 <overrides>: complete in 0.2s (<key>)", or ": done before, skipped (<key>)"
@@ -64,23 +62,23 @@ def run_cli(outputs: Path, command: str, *args: str, env: dict | None = None,
 
 
 def train_cmd(*overrides: str, multirun: bool = True, gated: bool = False) -> list[str]:
-    """The command line of pipelines/train.py (-m unless multirun=False); gated: only its first job runs."""
+    """The command line of `attnrepro train` (-m unless multirun=False); gated: only its first job runs."""
     args = [*(["-m"] if multirun else []), *overrides]
     if gated:
-        return [sys.executable, "-c", GATED_TRAIN, str(TRAIN), *args]
-    return [sys.executable, str(TRAIN), *args]
+        return [sys.executable, "-c", GATED_TRAIN, *args]
+    return cli_cmd("train", *args)
 
 
 def run_train(outputs: Path, *overrides: str, multirun: bool = True, env: dict | None = None,
               timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run pipelines/train.py to the end; stdout and stderr captured as text."""
+    """Run `attnrepro train` to the end; stdout and stderr captured as text."""
     return subprocess.run(train_cmd(*overrides, multirun=multirun), cwd=ROOT, capture_output=True, text=True,
                           env=train_env(outputs, **(env or {})), timeout=timeout)
 
 
 def start_train(outputs: Path, *overrides: str, multirun: bool = True, gated: bool = False,
                 env: dict | None = None) -> subprocess.Popen:
-    """Start pipelines/train.py without waiting; its output goes to a log file beside outputs."""
+    """Start `attnrepro train` without waiting; its output goes to a log file beside outputs."""
     outputs.mkdir(parents=True, exist_ok=True)
     log = open(outputs.parent / f".{outputs.name}-{time.monotonic_ns()}.log", "w")
     proc = subprocess.Popen(train_cmd(*overrides, multirun=multirun, gated=gated), cwd=ROOT, text=True,

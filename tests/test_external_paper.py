@@ -192,6 +192,7 @@ def run(cmd: list, cwd: Path, env: dict, timeout: float = 600) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # 16 s; the default suite registers the same scaffold through a fake distribution (above)
 def test_new_paper_installs_reproduces_and_passes_its_own_tests(tmp_path):
     """attnrepro new-paper toy_ridge; pip install (into a --target folder, not .venv); reproduce its smoke
     experiment from another folder; its figure and its claim (holds); its own tests pass."""

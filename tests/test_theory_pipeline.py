@@ -1,4 +1,4 @@
-"""The theory stage (pipelines/theory.py, jobs.theory): keys, caching, failures, loading."""
+"""The theory stage (`attnrepro theory`, jobs.theory): keys, caching, failures, loading."""
 
 import json
 import subprocess

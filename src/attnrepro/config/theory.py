@@ -1,4 +1,4 @@
-"""Schema of pipelines/theory.py (conf/theory.yaml): which experiments get theory curves, and
+"""Schema of `attnrepro theory` (conf/theory.yaml): which experiments get theory curves, and
 the numerical settings of the curves (a curve's record key hashes the settings it uses)."""
 
 from __future__ import annotations

@@ -153,11 +153,6 @@ def objective(X: Tensor, S: Tensor, t: Tensor) -> Tensor:
     return 0.5 * (logit_differences(X, S) - t).square().sum((-2, -1))
 
 
-def dual_value(t: Tensor, y: Tensor) -> Tensor:
-    """D(y) = -1/2 ||y||^2 - <t, y> (a lower bound on min F only if A*(y) is PSD)."""
-    return -0.5 * y.square().sum((-2, -1)) - (t * y).sum((-2, -1))
-
-
 def project_psd(M: Tensor) -> tuple[Tensor, Tensor]:
     """Frobenius projection of symmetric M (..., d, d) onto the PSD cone, and its eigenvalues (..., d)."""
     lam, u = _eig(torch.linalg.eigh, M)

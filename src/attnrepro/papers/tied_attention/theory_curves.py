@@ -3,7 +3,7 @@
 A curve belongs to experiments; for every distinct parameter point of an experiment's grid
 (the config values at ``keys``) ``params`` says which parameters the curve needs (None: the
 point has no such curve), ``extra`` adds points of its own (settings), and ``compute`` returns
-the curve's rows as columns. pipelines/theory.py runs them (jobs.theory), caching each
+the curve's rows as columns. `attnrepro theory` runs them (jobs.theory), caching each
 (curve, params, settings) as a record; the figures read them as rows with source = "theory".
 """
 
