@@ -317,6 +317,20 @@ def test_underflowed_state_is_out_of_the_domain():
         fmap.residual(np.array([0.0, 0.1, -800.0]))
 
 
+def test_an_overflow_far_out_is_stepped_back_from():
+    """The line search treats a trial point whose evaluation overflows (sigma ** 2 with sigma = 6e263 did, in
+    the slow suite) as out of the domain and backtracks, as it does a ValueError."""
+    from attnrepro.theory.root_finding import newton_root
+
+    def fun(y):
+        if y[0] > 3:
+            raise OverflowError(34, "Numerical result out of range")
+        return y - 1.0, None
+
+    y, r, _, _, _ = newton_root(fun, np.array([0.0]), jac=np.array([[0.25]]), tol=1e-12)  # full step: y = 4
+    assert y == pytest.approx([1.0]) and abs(r[0]) <= 1e-12
+
+
 def monte_carlo_reference(point, batches: int = 10, draws: int = 100_000):
     """M and its derivatives by 10^6 Monte Carlo draws in `batches` independent batches: (mean, s.e.)
     per quantity, from the spread of the batch means."""

@@ -16,9 +16,10 @@ def newton_root(fun, y0: np.ndarray, jac: np.ndarray | None = None, tol: float =
                 fd_step: float = 1e-6):
     """A root of fun (R^k -> R^k, returning (r, extra)) by Newton's method: a forward-difference Jacobian
     (or the one given), Broyden's rank-one updates, and a backtracking line search on ||r|| (steps 1, 1/2,
-    ..., 1/64; points where fun raises ValueError or ProxNotSolved count as out of the domain). When the
-    line search fails with an updated Jacobian, the Jacobian is recomputed; when it fails with a fresh
-    one, NotConverged. Returns (y, r, extra, jac, evals)."""
+    ..., 1/64; points where fun raises ValueError, ProxNotSolved or an arithmetic error, such as a float
+    overflow far out (Sigma = 6e263 squared), count as out of the domain). When the line search fails with an
+    updated Jacobian, the Jacobian is recomputed; when it fails with a fresh one, NotConverged.
+    Returns (y, r, extra, jac, evals)."""
     evals = 0
 
     def call(y):
@@ -52,7 +53,7 @@ def newton_root(fun, y0: np.ndarray, jac: np.ndarray | None = None, tol: float =
         for t in 0.5 ** np.arange(7):
             try:
                 r_new, extra_new = call(y + t * step)
-            except (ValueError, ProxNotSolved):
+            except (ValueError, ArithmeticError, ProxNotSolved):
                 continue
             if np.linalg.norm(r_new) < (1 - 1e-4 * t) * norm:
                 accepted = t
