@@ -428,33 +428,23 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
     return out
 
 
-def _lbfgs_to(problem, L0, tol_grad: float, steps: int = 200):
-    """Float64 L-BFGS of `problem` from its current parameters to tol_grad, gradients relative to L0."""
-    import pytorch_lightning as pl
-
-    from attnrepro.jobs.fit import _quiet_lightning
-    from attnrepro.lit.replica import ReplicaModule, TickDataModule
-
-    _quiet_lightning()
-    module = ReplicaModule(problem, "lbfgs", 1.0, steps, 5, 0.0, tol_grad, 0.0, initial_objective=L0)
-    pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
-               enable_progress_bar=False, enable_model_summary=False,
-               num_sanity_val_steps=0).fit(module, datamodule=TickDataModule())
-    return module.global_step, module.stop
-
-
 def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
     """Cold starts against warm starts along a path (each point from the previous point's answer): the
     lambda path at alpha = 0.16, descending, and the alpha path at lambda = 1e-4, ascending. L_0 is each
     point's cold-init objective in both, so that tol_grad means the same."""
+    from types import SimpleNamespace
+
     import torch
 
     from attnrepro.config import validate
+    from attnrepro.jobs.fit import _quiet_lightning, fit_replicas
     from attnrepro.jobs.grid import compose
     from attnrepro.papers.tied_attention.problem import build
     from attnrepro.seeding import replica_generators
 
     torch.set_num_threads(1)
+    _quiet_lightning()
+    cpu = SimpleNamespace(accelerator="cpu", devices=1)
     paths = {"lambda path (alpha = 0.16)": [["task.alpha=0.16", f"model.lam={lam}"]
                                             for lam in (0.3, 0.1, 0.03, 0.01, 0.001, 0.0001)],
              "alpha path (lambda = 1e-4)": [[f"task.alpha={a}", "model.lam=0.0001"] for a in (0.12, 0.14, 0.16, 0.18)]}
@@ -472,7 +462,8 @@ def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
                         for p, q in zip(problem.parameters(), previous, strict=True):
                             p.copy_(q)
                 t = time.process_time()
-                steps, stop = _lbfgs_to(problem, L0, 2e-5)
+                module = fit_replicas(problem, obj.train, obj.train.eta0, 0.0, 2e-5, cpu, L0)
+                steps, stop = module.global_step, module.stop
                 seconds[start] += time.process_time() - t
                 m = problem.evaluate()
                 answers[start] = ([p.detach().clone() for p in problem.parameters()], m["test_error"].tolist())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import warnings
 
@@ -28,46 +29,28 @@ def train(cfg, trainer_cfg):
     fresh L-BFGS memory (carrying the float32 curvature pairs over saved 1 of 55 steps at d = 100).
 
     Returns (problem, module, derived, timings)."""
-    import pytorch_lightning as pl
-
-    from attnrepro.lit.replica import ReplicaModule, TickDataModule
-
     _quiet_lightning()
     t0 = time.perf_counter()
     tc = cfg.train
     build = builder(cfg.task.name)
     problem, derived = build(cfg.task, cfg.model, tc, replica_generators(cfg.seed, cfg.n_seeds))
 
-    def fit_stage(stage, tol, tol_grad, L0=None):
-        module = ReplicaModule(stage, tc.optimizer.value, derived["eta"], tc.steps, tc.log_every, tol, tol_grad,
-                               tc.tol_move, initial_objective=L0)
-        trainer = pl.Trainer(
-            accelerator=trainer_cfg.accelerator, devices=trainer_cfg.devices, max_steps=tc.steps,
-            logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0,
-        )
-        trainer.fit(module, datamodule=TickDataModule())
-        stopped = module.stop is not None and all(r is not None for r in module.stop)
-        if module.global_step < tc.steps and not stopped:
-            raise RuntimeError(f"training stopped after {module.global_step} of {tc.steps} steps")
-        return module
-
     if tc.coarse_dtype is None:
         t1 = time.perf_counter()
-        module = fit_stage(problem, tc.tol, tc.tol_grad)
+        module = fit_replicas(problem, tc, derived["eta"], tc.tol, tc.tol_grad, trainer_cfg)
         steps = module.global_step
     else:
         coarse, _ = build(cfg.task, cfg.model, dataclasses.replace(tc, dtype=tc.coarse_dtype),
                           replica_generators(cfg.seed, cfg.n_seeds))
         L0 = problem.accumulate(None)  # both stages measure their gradient against L_0 in dtype
         t1 = time.perf_counter()
-        first = fit_stage(coarse, tc.coarse_tol, tc.coarse_tol_grad, L0)
+        first = fit_replicas(coarse, tc, derived["eta"], tc.coarse_tol, tc.coarse_tol_grad, trainer_cfg, L0)
         with torch.no_grad():
             for p, q in zip(problem.parameters(), first.problem.parameters(), strict=True):
                 p.copy_(q)
-        module = fit_stage(problem, tc.tol, tc.tol_grad, L0)
+        module = fit_replicas(problem, tc, derived["eta"], tc.tol, tc.tol_grad, trainer_cfg, L0)
         # per seed: the step its first stage ended at (frozen there, or at the stage's last step)
-        ended = [s if s == s else float(first.global_step) for s in first.stop_step]
+        ended = [float(first.global_step) if math.isnan(s) else s for s in first.stop_step]
         module.stop_step = [s + e for s, e in zip(module.stop_step, ended, strict=True)]
         module.curves = _join(first.curves, module.curves, first.global_step)
         steps = first.global_step + module.global_step
@@ -80,6 +63,27 @@ def train(cfg, trainer_cfg):
     if module.checks:
         derived = {**derived, **convergence(problem, module, tc.tol_grad)}
     return problem, module, derived, timings
+
+
+def fit_replicas(problem, tc, lr: float, tol: float, tol_grad: float, trainer_cfg, initial_objective=None):
+    """Train `problem`'s replicas from their current parameters with train config tc's optimizer, steps and
+    log_every, to tol / tol_grad (relative to initial_objective, when given); the ReplicaModule, trained."""
+    import pytorch_lightning as pl
+
+    from attnrepro.lit.replica import ReplicaModule, TickDataModule
+
+    module = ReplicaModule(problem, tc.optimizer.value, lr, tc.steps, tc.log_every, tol, tol_grad, tc.tol_move,
+                           initial_objective=initial_objective)
+    trainer = pl.Trainer(
+        accelerator=trainer_cfg.accelerator, devices=trainer_cfg.devices, max_steps=tc.steps,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0,
+    )
+    trainer.fit(module, datamodule=TickDataModule())
+    stopped = module.stop is not None and all(r is not None for r in module.stop)
+    if module.global_step < tc.steps and not stopped:
+        raise RuntimeError(f"training stopped after {module.global_step} of {tc.steps} steps")
+    return module
 
 
 def _join(first: dict, second: dict, offset: int) -> dict:
