@@ -16,8 +16,9 @@ each, past the budget if need be). Written: gpu_check.json (device, torch,
 matmul precision, per sweep its wall time, jobs finished and seconds per job, the theory and
 figure stages, the claims that hold) and the claims of the slice's figures (claims.csv).
 
-Precision: fp32 matmuls run in full fp32 (no TF32), set by the job runner (jobs.training): the
-ridgeless recovery reaches estimation errors of 1e-8, below TF32's ~1e-3 relative rounding.
+Precision: fp32 matmuls run in full fp32 (no TF32), set by the job runner (jobs.training, with
+jobs.environment.full_fp32_matmuls): the ridgeless recovery reaches estimation errors of 1e-8, below TF32's
+~1e-3 relative rounding.
 Needs only the package on PYTHONPATH (src/) with hydra-core and omegaconf; never the network.
 """
 

@@ -13,7 +13,7 @@ from attnrepro.jobs.grid import compose_many, expected_jobs, grid_points
 from attnrepro.jobs.provenance import provenance
 from attnrepro.jobs.records import SCHEMA, record_path, write_record
 from attnrepro.jobs.training import job_key, roots, semantic_config
-from attnrepro.report import tables
+from attnrepro.report import sweep_status, tables
 from attnrepro.report.aggregate import aggregate, read_status, table_path
 from attnrepro.report.claims import judge
 from attnrepro.report.figure_spec import specs
@@ -208,7 +208,7 @@ def fake_outputs(tmp_path_factory, smoke_grid_cache):
 
 def test_tables_one_row_per_key_and_replica(fake_outputs):
     out, _, _ = fake_outputs
-    data = tables.load_experiment(out, "xor_attention_variants", "smoke")
+    data = sweep_status.load_experiment(out, "xor_attention_variants", "smoke")
     final, curves = data.final, data.curves
     n_seeds = final["n_seeds"].iloc[0]
     assert len(final) == 6 * n_seeds and not final.duplicated(["key", "replica"]).any()
@@ -218,7 +218,7 @@ def test_tables_one_row_per_key_and_replica(fake_outputs):
     steps = curves.groupby("key")["step"].nunique()
     assert len(curves) == (steps * n_seeds).sum()
     assert {"step", "loss", "model.attention"} <= set(curves.columns)
-    arrays = tables.load_experiment(out, "xor_one_step_attention", "smoke").arrays
+    arrays = sweep_status.load_experiment(out, "xor_one_step_attention", "smoke").arrays
     d = arrays["task.d"].iloc[0]
     per_seed = arrays[["key", "replica"]].drop_duplicates()
     assert len(arrays) == d * len(per_seed) and arrays["key"].nunique() == 2 and "gamma_tilde_init" in arrays
@@ -244,7 +244,7 @@ def test_all_records_lists_mixed_protocols_and_counts_a_seed_once(tmp_path, smok
                _fake_record("xor_phase_dm", [*ov, f"train.steps={2 * steps}"], "c" * 16, longer)]
     for rec in records:
         write_record(record_path(tmp_path, "xor_phase_dm", rec["key"]), rec)
-    data = tables.load_experiment(tmp_path, "xor_phase_dm", "smoke", all_records=True)
+    data = sweep_status.load_experiment(tmp_path, "xor_phase_dm", "smoke", all_records=True)
     seeds = data.final.groupby("train.steps")["seed"].apply(sorted).to_dict()
     assert seeds == {steps: list(range(n + 1)), 2 * steps: list(range(n))}
     later, first_seed = ("b" * 16, 1) if key < "b" * 16 else (key, 0)  # the later record's copies go
@@ -252,8 +252,8 @@ def test_all_records_lists_mixed_protocols_and_counts_a_seed_once(tmp_path, smok
     [mixed] = data.status["mixed"]
     assert sorted(mixed["keys"]) == sorted([key, "b" * 16, "c" * 16])
     assert mixed["train"] == {"train.steps": sorted([str(steps), str(2 * steps)])}
-    assert "WARNING: 1 points pool" in tables.status_line(data.status)
-    in_grid = tables.load_experiment(tmp_path, "xor_phase_dm", "smoke")
+    assert "WARNING: 1 points pool" in sweep_status.status_line(data.status)
+    in_grid = sweep_status.load_experiment(tmp_path, "xor_phase_dm", "smoke")
     assert in_grid.status["other"] == 2 and not in_grid.status["mixed"] and len(in_grid.final) == n
 
 

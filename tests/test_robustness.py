@@ -244,12 +244,12 @@ for line in sys.stdin:
 def test_a_dead_sweep_worker_fails_its_sweep_and_is_replaced(monkeypatch):
     """reproduce's sweep workers: a worker that dies during a sweep fails that sweep (with its exit
     status in the log) and a new worker runs the next one; a sweep that exits with an error fails alone."""
-    from attnrepro.commands import reproduce
+    from attnrepro.jobs import local_sweeps
 
-    monkeypatch.setattr(reproduce._Worker, "COMMAND", (sys.executable, "-c", FAKE_WORKER))
+    monkeypatch.setattr(local_sweeps.Worker, "COMMAND", (sys.executable, "-c", FAKE_WORKER))
     lines = []
     pending = {"dies": 3, "ok": 2, "fails": 1, "after": 0, "last": None}
-    failed, times = reproduce._sweeps(pending, "smoke", [], "unused", 1, lines.append)
+    failed, times = local_sweeps.run_sweeps(pending, "smoke", [], "unused", 1, lines.append)
     assert failed == ["dies", "fails"] and set(times) == {"ok", "last"}
     log = "\n".join(lines)
     assert "[dies] the sweep worker exited with status 3 during the sweep" in log
@@ -260,13 +260,12 @@ def test_a_dead_sweep_worker_fails_its_sweep_and_is_replaced(monkeypatch):
 def test_reproduce_starts_the_longest_sweeps_first(tmp_path):
     """Longest-processing-time order: unmeasured sweeps first (most jobs first), then by measured seconds
     scaled to the jobs still pending; done sweeps dropped; the table a run writes reads back."""
-    from attnrepro.commands import reproduce
-    from attnrepro.jobs import sweep_seconds
+    from attnrepro.jobs import local_sweeps, sweep_seconds
 
     pending = {"short": 10, "long": 5, "half_done": 2, "new": 3, "newer": None, "done": 0}
     sizes = {"short": 10, "long": 5, "half_done": 4, "new": 3, "newer": 7, "done": 6}
     seconds = {"short": 20.0, "long": 100.0, "half_done": 150.0, "done": 500.0}
-    assert reproduce.order(pending, sizes, seconds) == ["newer", "new", "long", "half_done", "short"]
+    assert local_sweeps.order(pending, sizes, seconds) == ["newer", "new", "long", "half_done", "short"]
     path = tmp_path / "sweep_seconds.csv"
     sweep_seconds.write_sweep_seconds(path, "quick", {"half_done": 30.0, "short": 50.0}, pending, sizes)
     assert sweep_seconds.read_sweep_seconds("quick", path) == {"half_done": 60.0, "short": 50.0}

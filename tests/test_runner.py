@@ -220,10 +220,10 @@ def test_lbfgs_checks_its_gradient_at_every_step(job_config):
 
 def test_a_long_job_says_it_is_running(job_config, monkeypatch, capsys):
     """Every PROGRESS_S seconds a running job prints '<label>: running, <t> s', then stops when the job
-    ends; the records' provenance does not follow jobs/training.py, so the job's record is unchanged."""
-    from attnrepro.jobs import training
+    ends; the records' provenance does not follow jobs/heartbeat.py, so the job's record is unchanged."""
+    from attnrepro.jobs import heartbeat
 
-    monkeypatch.setattr(training, "PROGRESS_S", 0.05)
+    monkeypatch.setattr(heartbeat, "PROGRESS_S", 0.05)
     cfg, _ = job_config("experiment=tied_interpolation_peak", "task.d=16", "model.lam=0.01", "task.alpha=0.2",
                         "n_seeds=2", "train.steps=150", "train.tol_grad=1e-4")
     assert run_job(cfg)["status"] == "complete"

@@ -31,163 +31,23 @@ written so far are kept.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from attnrepro.commands.args import UsageError, default_outputs, parse
-from attnrepro.jobs.sweep_seconds import read_sweep_seconds, write_sweep_seconds
-
-
-def _pending(name: str, profile: str, overrides: list[str], outputs: str, log) -> int | None:
-    """The number of the experiment's jobs not done (None: the grid did not expand here). Before its first
-    sweep (no cached expansion: composing every job here would cost ~0.2 s each, and the sweep composes
-    them anyway and caches them) the size of its grid."""
-    from attnrepro.jobs.grid import expected_states, grid_size, is_cached
-
-    try:
-        if not is_cached(name, profile, overrides, outputs):
-            return grid_size(name, profile)
-        states = expected_states(name, profile, overrides, outputs)
-    except Exception as e:  # the sweep itself reports a broken grid, with its reason
-        log(f"[{name}] grid not expanded here ({type(e).__name__}: {e}); the sweep checks it")
-        return None
-    pending = sum(not s.done for _, _, s in states)
-    if not pending:
-        log(f"[{name}] all {len(states)} jobs done before, nothing to run")
-    return pending
-
-
-def _grid_size(name: str, profile: str) -> int:
-    from attnrepro.jobs.grid import grid_size
-
-    try:
-        return grid_size(name, profile)
-    except Exception:  # a broken grid: its sweep reports it
-        return 0
-
-
-class _Worker:
-    """A sweep worker (commands.sweep_worker) with `threads` torch threads: a subprocess that runs the
-    sweeps it is sent one after the other, importing torch, Lightning and Hydra once."""
-
-    COMMAND = (sys.executable, "-m", "attnrepro.commands.sweep_worker")
-    live: set["_Worker"] = set()  # the workers running now (stopped with reproduce: _stop)
-    lock_fd: int | None = None   # the outputs folder's lock, held by every worker too
-
-    def __init__(self, threads: int):
-        from attnrepro.jobs.lifetime import die_with_parent
-
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(list(self.COMMAND), env=env, preexec_fn=die_with_parent,
-                                     pass_fds=() if self.lock_fd is None else (self.lock_fd,),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
-        _Worker.live.add(self)
-
-    def sweep(self, name: str, argv: list[str], log) -> bool | None:
-        """Run `attnrepro train <argv>`: True when it finished, False when it exited with an error, None
-        when the worker died during it (it is gone then). Its output goes to log line by line, each line
-        prefixed with the experiment once."""
-        from attnrepro.commands.sweep_worker import DONE
-
-        try:
-            self.proc.stdin.write(json.dumps(argv) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            return None
-        for line in self.proc.stdout:
-            line = line.rstrip("\n")
-            if line.startswith(DONE):
-                return line.split()[-1] == "0"
-            log(line if line.startswith(f"[{name}]") else f"[{name}] {line}")
-        log(f"[{name}] the sweep worker exited with status {self.proc.wait()} during the sweep")
-        return None
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        self.proc.wait()
-        _Worker.live.discard(self)
+from attnrepro.jobs.local_sweeps import Worker, count_pending, run_sweeps, stop_workers, sweep_size
+from attnrepro.jobs.sweep_seconds import outputs_table, read_sweep_seconds, write_sweep_seconds
 
 
 def _stop(signum, frame) -> None:
     """SIGINT/SIGTERM (also sent by the kernel when the parent dies): stop every worker, then exit."""
-    _STOPPING.set()
-    workers = list(_Worker.live)
-    for w in workers:
-        w.proc.terminate()
-    deadline = time.monotonic() + 10
-    for w in workers:
-        try:
-            w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            w.proc.kill()
-    print(f"\nreproduce stopped by {signal.Signals(signum).name}: {len(workers)} sweep workers stopped; the "
+    stopped = stop_workers()
+    print(f"\nreproduce stopped by {signal.Signals(signum).name}: {stopped} sweep workers stopped; the "
           "records written so far are kept, and a rerun goes on from them", flush=True)
     os._exit(128 + signum)  # the theory workers exit with this process (jobs.lifetime.die_with_parent)
-
-
-_STOPPING = threading.Event()
-
-
-def order(pending: dict[str, int | None], sizes: dict[str, int], seconds: dict[str, float]) -> list[str]:
-    """The sweeps with jobs pending, longest first (longest-processing-time order, which keeps both
-    workers busy to the end): a sweep without a measured time first, the most pending jobs first (None:
-    not expanded, counted as its whole grid); then by seconds x pending / grid size."""
-    todo = [n for n in pending if pending[n] != 0]
-    unknown = sorted((n for n in todo if n not in seconds), key=lambda n: -(pending[n] or sizes.get(n, 0)))
-    known = sorted((n for n in todo if n in seconds),
-                   key=lambda n: -seconds[n] * (pending[n] or sizes.get(n, 1)) / max(sizes.get(n, 1), 1))
-    return unknown + known
-
-
-def _sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
-            log, sizes: dict[str, int] | None = None, seconds: dict[str, float] | None = None,
-            user_threads: str | None = None) -> tuple[list[str], dict[str, float]]:
-    """The sweeps with jobs pending, in `order`, on `workers` sweep workers: (the names that failed,
-    {name: wall seconds} of those that finished). A worker that dies is replaced for the next sweep."""
-    start = time.perf_counter()
-    names = list(pending)
-    todo = order(pending, sizes or {}, seconds or {})
-    times: dict[str, float] = {}
-    slots = max(1, min(workers, len(todo) or 1))
-    threads = int(user_threads or max(1, (os.cpu_count() or 1) // slots))  # a user's OMP_NUM_THREADS kept
-    queue, failed = list(reversed(todo)), []  # list.pop and list.append are atomic
-
-    def slot() -> None:
-        worker = None
-        while not _STOPPING.is_set():
-            try:
-                name = queue.pop()
-            except IndexError:
-                break
-            t = time.perf_counter()
-            log(f"\n=== sweep {name} (profile {profile}, {pending[name] if pending[name] is not None else '?'} jobs "
-                f"to run, {threads} thread{'s' if threads > 1 else ''}) ===")
-            worker = worker or _Worker(threads)
-            ok = worker.sweep(name, ["-m", f"experiment={name}", f"profile={profile}", f"paths.outputs={outputs}",
-                                     *overrides], log)
-            if ok is None:
-                worker = None
-            log(f"=== {name}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t:.1f}s "
-                f"(total {time.perf_counter() - start:.1f}s) ===")
-            if ok:
-                times[name] = time.perf_counter() - t
-            else:
-                failed.append(name)
-        if worker:
-            worker.close()
-
-    with ThreadPoolExecutor(max_workers=slots) as pool:
-        list(pool.map(lambda _: slot(), range(slots)))
-    return [n for n in names if n in failed], times
 
 
 def main(argv: list[str]) -> int:
@@ -215,7 +75,7 @@ def main(argv: list[str]) -> int:
         folder = OutputsLock(outputs).acquire()
     except Busy as e:
         raise UsageError(str(e)) from None
-    _Worker.lock_fd = folder.fd
+    Worker.lock_fd = folder.fd
     if not meant_to_outlive_its_shell():
         die_with_parent()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -248,16 +108,16 @@ def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
     # 1-thread sweeps on 2 cores took 367 s of curve time against 126 s, and slowed the sweeps 1.6x).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // workers)))
-    pending = {name: _pending(name, profile, hydra_overrides, outputs, log) for name in names}
+    pending = {name: count_pending(name, profile, hydra_overrides, outputs, log) for name in names}
     # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps
     rc_theory: list[int] = []
     theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers, cluster)))
     theory.start()
-    sizes = {n: _grid_size(n, profile) for n in names}
-    failed, times = _sweeps(pending, profile, sweep_overrides, outputs, workers, log, sizes,
-                            read_sweep_seconds(profile), user_threads)
+    sizes = {n: sweep_size(n, profile) for n in names}
+    failed, times = run_sweeps(pending, profile, sweep_overrides, outputs, workers, log, sizes,
+                               read_sweep_seconds(profile), user_threads)
     if times and cluster is None:
-        write_sweep_seconds(Path(outputs) / "report" / "sweep_seconds.csv", profile, times, pending, sizes)
+        write_sweep_seconds(outputs_table(outputs), profile, times, pending, sizes)
     log(f"\n=== sweeps {'submitted' if cluster is not None else 'finished'} in {time.perf_counter() - start:.1f}s ===")
     theory.join()
     if cluster is not None:

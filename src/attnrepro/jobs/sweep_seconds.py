@@ -24,6 +24,11 @@ def read_sweep_seconds(profile: str, path: Path = SWEEP_SECONDS) -> dict[str, fl
         return {}
 
 
+def outputs_table(outputs: str | Path) -> Path:
+    """Where `reproduce` writes the sweep seconds it measured: <outputs>/report/sweep_seconds.csv."""
+    return Path(outputs) / "report" / "sweep_seconds.csv"
+
+
 def write_sweep_seconds(path: Path, profile: str, times: dict[str, float], pending: dict[str, int | None],
                         sizes: dict[str, int]) -> None:
     """Each finished sweep's wall time as profile,experiment,seconds,jobs_run rows; seconds is the whole

@@ -6,16 +6,14 @@ final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.S
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import platform
-import threading
-import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnrepro.config import SEMANTIC_KEYS, validate
+from attnrepro.jobs.environment import full_fp32_matmuls, versions
+from attnrepro.jobs.heartbeat import still_running
 from attnrepro.jobs.job import Job, State, digest, state_of
 from attnrepro.jobs.records import record_path
 from attnrepro.papers import compute_module
@@ -62,18 +60,6 @@ def record_state(path: Path, record: dict) -> State:
     return state_of(path, path.parent.name, roots(*names), record)
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("attnrepro", "torch", "pytorch-lightning", "hydra-core", "omegaconf", "numpy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
 def _hydra_overrides() -> list[str]:
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -92,15 +78,6 @@ def _compute(obj, trainer_cfg):
     return lambda: fit(obj, trainer_cfg)
 
 
-def full_fp32_matmuls() -> None:
-    """fp32 matmuls in full fp32 on CUDA, never TF32 (10-bit mantissa, ~1e-3 relative rounding): the
-    ridgeless recovery of paper B reaches estimation errors of 1e-8. No effect on CPU."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
 def _job_label() -> str:
     """'job <n>' of a job started by a Hydra launcher (submitit), else 'job'."""
     try:
@@ -109,28 +86,6 @@ def _job_label() -> str:
         return f"job {HydraConfig.get().job.num + 1}"
     except Exception:
         return "job"
-
-
-PROGRESS_S = 60.0  # a running job says so every this many seconds
-
-
-@contextlib.contextmanager
-def _still_running(label: str):
-    """Print '<label>: running, <t> s' every PROGRESS_S seconds until the block ends (from a thread: the
-    training code, whose edits make records stale, stays as it is)."""
-    done, t0 = threading.Event(), time.perf_counter()
-
-    def beat():
-        while not done.wait(PROGRESS_S):
-            print(f"{label}: running, {time.perf_counter() - t0:.0f} s", flush=True)
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
 
 
 def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | None = None) -> dict:
@@ -156,7 +111,7 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | No
 
     full_fp32_matmuls()
     tracker = make_tracker(cfg, job.key, job.path.parent)
-    with _still_running(label):
+    with still_running(label):
         record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},
                              before_write=tracker.finish)
     status = record["status"] if record["status"] == "complete" else f"FAILED ({record['reason']})"

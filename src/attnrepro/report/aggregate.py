@@ -1,6 +1,6 @@
 """Aggregation stage: records -> outputs/results/<figure>.parquet and outputs/results/status.json.
 
-status.json = {"profile": ..., "experiments": {experiment: status (tables.load_experiment)},
+status.json = {"profile": ..., "experiments": {experiment: status (sweep_status.load_experiment)},
 "figures": {figure: {"sources": [...], "rows": n, "error": ""}}}. Aggregating a subset of
 figures updates their entries and keeps the others (when the profile is the same).
 """
@@ -19,7 +19,8 @@ from attnrepro.jobs.records import atomic_write
 from attnrepro.jobs.theory import load as load_theory
 from attnrepro.jobs.theory import theory_experiments, theory_settings
 from attnrepro.report.figure_spec import error_text, specs
-from attnrepro.report.tables import ExperimentData, load_experiment, status_line
+from attnrepro.report.sweep_status import load_experiment, status_line
+from attnrepro.report.tables import ExperimentData
 
 
 def default_outputs() -> Path:

@@ -28,7 +28,7 @@ from attnrepro.report.claims import COLUMNS, Claim, fmt
 from attnrepro.report.claims_diff import against_reference
 from attnrepro.report.figure_spec import Rendered, render, specs
 from attnrepro.report.plotting import close, save
-from attnrepro.report.tables import status_line
+from attnrepro.report.sweep_status import status_line
 
 CSS = """
 body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 2em auto; padding: 0 1em; color: #222 }
