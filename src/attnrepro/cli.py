@@ -5,9 +5,9 @@
     attnrepro theory [profile=quick] [experiments=[a,b]]    the Hydra app of the theory curves
     attnrepro aggregate [profile=quick] [figures=a,b]       records -> tables
     attnrepro figures [figures=a,b]                         tables -> figures, report, claims
-    attnrepro compare-theory outputs=DIR                    the state evolution against any sweep
     attnrepro new-paper NAME [--dir DIR]                    a new paper's package (entry point: no edit here)
 
+and the commands the papers declare (their COMMANDS, listed below in `attnrepro --help`).
 `attnrepro <command> --help` says more.
 """
 
@@ -16,9 +16,39 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = {"reproduce": "reproduce", "aggregate": "aggregate", "figures": "figures",
-            "compare-theory": "compare_theory", "new-paper": "new_paper"}
+COMMANDS = {"reproduce": "reproduce", "aggregate": "aggregate", "figures": "figures", "new-paper": "new_paper"}
 HYDRA_APPS = ("train", "theory")
+
+
+def paper_commands() -> dict[str, str]:
+    """{command: module} of the commands the papers declare (their COMMANDS); a command attnrepro has, or that
+    two papers declare, is a PaperContractError."""
+    from attnrepro.papers import PaperContractError, packages
+
+    out: dict[str, str] = {}
+    owner = dict.fromkeys((*COMMANDS, *HYDRA_APPS), "attnrepro")
+    errors = []
+    for package in packages():
+        for name, module in getattr(package, "COMMANDS", {}).items():
+            if name in owner:
+                errors.append(f"paper package {package.__name__}: command {name!r} is also {owner[name]}'s "
+                              "(docs/adding_a_paper.md)")
+                continue
+            owner[name], out[name] = package.__name__, f"{package.__name__}.{module}"
+    if errors:
+        raise PaperContractError("; ".join(errors))
+    return out
+
+
+def _summary(module: str) -> str:
+    """The first line of a command module's docstring."""
+    return ((importlib.import_module(module).__doc__ or "").strip() or "-").splitlines()[0]
+
+
+def _help() -> str:
+    """The module docstring, then each paper command with the first line of its module's docstring."""
+    lines = [f"    attnrepro {name:<45} {_summary(module)}" for name, module in paper_commands().items()]
+    return __doc__ + "".join(f"\n{line}" for line in ["The papers' commands:", *lines] if lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(_help())
         return 0
-    if argv[0] not in (*COMMANDS, *HYDRA_APPS):
-        print(f"attnrepro: unknown command {argv[0]!r}; commands: {', '.join([*COMMANDS, *HYDRA_APPS])}\n{__doc__}",
-              file=sys.stderr)
+    papers = {} if argv[0] in (*COMMANDS, *HYDRA_APPS) else paper_commands()
+    if argv[0] not in (*COMMANDS, *HYDRA_APPS, *papers):
+        print(f"attnrepro: unknown command {argv[0]!r}; commands: {', '.join([*COMMANDS, *HYDRA_APPS, *papers])}\n"
+              f"{_help()}", file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     if command in HYDRA_APPS:
@@ -47,7 +78,7 @@ def _main(argv: list[str] | None) -> int:
         return hydra_apps.run(getattr(hydra_apps, command), command, rest)
     from attnrepro.commands.args import UsageError
 
-    module = importlib.import_module(f"attnrepro.commands.{COMMANDS[command]}")
+    module = importlib.import_module(papers[command] if command in papers else f"attnrepro.commands.{COMMANDS[command]}")
     try:
         return module.main(rest)
     except UsageError as e:

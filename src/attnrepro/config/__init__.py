@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from attnrepro.config.theory import TheoryConfig
+from attnrepro.config.theory import theory_config
 from attnrepro.papers import config_modules
 
 PAPERS = config_modules()
@@ -151,7 +151,7 @@ def register_configs() -> None:
             OmegaConf.register_new_resolver(name, fn)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(name="theory_schema", node=TheoryConfig)
+    cs.store(name="theory_schema", node=theory_config())
     for schemas in [SCHEMAS, *(paper.SCHEMAS for paper in PAPERS)]:
         for group, entries in schemas.items():
             for name, node in entries.items():

@@ -1,96 +1,59 @@
-"""Schema of `attnrepro theory` (conf/theory.yaml): which experiments get theory curves, and
-the numerical settings of the curves (a curve's record key hashes the settings it uses)."""
+"""Schema of `attnrepro theory` (conf/theory.yaml): the shared fields (TheoryBase: the profile, the paths,
+which experiments get theory curves, how many workers) and, beside them at the top level, the fields of every
+paper's theory settings (the dataclass SETTINGS of the module its THEORY_SETTINGS names; paper B's:
+papers/tied_attention/theory_settings.py). A curve's record key hashes the settings its TheoryCurve.settings
+returns (jobs/theory.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 
 @dataclass
-class BayesSettings:
-    """tied_bayes_gap's Bayes-optimal MMSE curves: these T and kappa0 besides the experiment's own,
-    `points` values of alpha on [0, alpha_max]."""
-
-    T: List[int] = field(default_factory=lambda: [2, 3, 4])
-    kappa0: List[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])
-    alpha_max: float = 0.4
-    points: int = 100
-
-
-@dataclass
-class StateEvolutionSettings:
-    """The ERM fixed point (theory.state_evolution): the output channel's Gaussian rule (`rule`:
-    sobol | gauss_hermite | monte_carlo; `points`: log2 of its size per profile for sobol, nodes per
-    coordinate for gauss_hermite, draws for monte_carlo; `seed`), the root finder's tolerance on the
-    residual and its budget of map evaluations per point, and the free-convolution nodes. The
-    accuracy of the rules is measured in docs/state_evolution.md."""
-
-    rule: str = "sobol"
-    points: Dict[str, int] = field(default_factory=lambda: {"smoke": 10, "quick": 12, "paper": 16})
-    seed: int = 0
-    tol: float = 1e-6
-    max_evals: int = 40
-    nodes: int = 200
-    # alphas beyond the experiment's grid for its curves at lambda <= 0.01 (the peak of the test error)
-    extra_alpha: Dict[str, List[float]] = field(
-        default_factory=lambda: {"tied_interpolation_peak": [0.22, 0.26, 0.28, 0.3, 0.34]})
-    # The lambda -> 0+ curves (Delta > 0) whose branch above alpha_interp is drawn (kappa >= the learned rank at
-    # alpha_interp): the rule's log2 size per profile there (the lambda = 0 fixed point is ill-conditioned: at 2^12
-    # it is qualitative between alpha_interp + 0.01 and 0.3, at 2^14 within 0.022 of 2^18, at 2^16 within ~3e-3;
-    # docs/state_evolution.md), and alpha_interp (1 + c) for these c, which resolve the cusp at alpha_interp (none
-    # at 1 + 1e-3: Sigma ~ 1e7 there, and at 2^14 the root finder stalls at |r| ~ 1e-5 after 100 s).
-    lambda_zero_points: Dict[str, int] = field(default_factory=lambda: {"smoke": 10, "quick": 14, "paper": 16})
-    cusp: List[float] = field(default_factory=lambda: [-0.01, -0.001, 0.0, 0.01, 0.03])
-
-
-@dataclass
-class OptimalLambdaSettings:
-    """tied_factorized_vs_direct's theory: each student's state evolution at the lambda that minimises its test
-    error (theory.direct_state_evolution.optimal_lambda_curve: log lambda searched on lam_bounds to xatol), at
-    the experiment's alphas and at these, per profile (a finer grid for the lines), with the output channel's
-    Sobol' rule of 2^points nodes per profile (at 2^10 the optimal test errors are within 0.003 of 2^12's at
-    kappa = 0.5, alpha = 0.05 ... 0.4, and the direct/factorized ratio is >= 1.05 from alpha = 0.05 on; 2^12 costs
-    about four times as much: 205 s for both students at 7 alphas on one core)."""
-
-    alphas: Dict[str, List[float]] = field(default_factory=lambda: {
-        "smoke": [], "quick": [0.025, 0.075, 0.125, 0.175, 0.225, 0.35, 0.5],
-        "paper": [0.025, 0.075, 0.125, 0.175, 0.225, 0.35, 0.5, 0.8]})
-    points: Dict[str, int] = field(default_factory=lambda: {"smoke": 8, "quick": 10, "paper": 12})
-    lam_bounds: List[float] = field(default_factory=lambda: [1e-4, 30.0])
-    xatol: float = 0.05
-
-
-@dataclass
-class ScalingLawSettings:
-    """tied_scaling_laws' theory: the ERM state evolution of the experiment's power-law targets at
-    these d per profile (larger than any simulation here), at `points` values of n/d log-spaced on
-    [n_over_d_min, alpha_max d] (the window d << n << d^2, below the interpolation threshold), the
-    target's atoms merged within `resolution` (spectral_laws.coarsened), the output channel's Sobol'
-    rule of 2^`rule_points` nodes (the quick profile's: an exponent over a decade of n/d needs the
-    errors to ~1e-3, not the 2^16 rule's accuracy). tuned_d: the d per profile of the same window at the
-    lambda tuned per n (theory curve scaling_law_tuned_lambda: about 10 solves per alpha, each 5-20 s on
-    one core at d = 400-1000, so fewer d than the fixed lambda's)."""
-
-    d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
-                                                             "paper": [400, 1000, 4000, 10000]})
-    tuned_d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [], "paper": [400, 1000]})
-    tuned_xatol: float = 0.1  # lambda* to +-10% (log lambda to 0.1): the test error is flat to ~1e-4 there
-    n_over_d_min: float = 4.0
-    alpha_max: float = 0.05
-    points: int = 8
-    resolution: float = 1e-3
-    rule_points: int = 12
-
-
-@dataclass
-class TheoryConfig:
+class TheoryBase:
     profile: Any = None
     paths: Any = None
     experiments: Optional[List[str]] = None  # null: every experiment that has theory curves
     workers: int = 2                         # theory jobs computed at once (processes, one thread each)
-    nodes: int = 400                         # free-convolution nodes per piece of the support
-    bayes: BayesSettings = field(default_factory=BayesSettings)
-    state_evolution: StateEvolutionSettings = field(default_factory=StateEvolutionSettings)
-    scaling_laws: ScalingLawSettings = field(default_factory=ScalingLawSettings)
-    optimal_lambda: OptimalLambdaSettings = field(default_factory=OptimalLambdaSettings)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(settings: tuple[tuple[str, type], ...]) -> type:
+    """TheoryBase's fields, then each (owner, dataclass)'s, as one dataclass; a field name declared twice is a
+    PaperContractError (Hydra would keep one of them silently)."""
+    from attnrepro.papers import PaperContractError
+
+    owners: dict[str, list[str]] = {}
+    fields = []
+    for owner, cls in ((__name__, TheoryBase), *settings):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            owners.setdefault(f.name, []).append(owner)
+            fields.append((f.name, hints[f.name], field(default=f.default, default_factory=f.default_factory)))
+    clashes = {name: where for name, where in owners.items() if len(where) > 1}
+    if clashes:
+        raise PaperContractError("; ".join(
+            f"paper theory settings module {where[-1]}: conf/theory.yaml's {name!r} is also declared by "
+            f"{' and '.join(where[:-1])} (docs/adding_a_paper.md)" for name, where in clashes.items()))
+    schema = dataclasses.make_dataclass("TheoryConfig", fields)
+    schema.__module__ = __name__  # pickled by reference (a theory worker, a SLURM task): module __getattr__ below
+    schema.__doc__ = "conf/theory.yaml: TheoryBase's fields and every paper's theory settings (theory_config)."
+    return schema
+
+
+def theory_config() -> type:
+    """The schema of conf/theory.yaml (stored as `theory_schema`): TheoryBase's fields and the fields of every
+    paper's theory settings (papers.theory_settings_modules), the same class while the papers stay the same."""
+    from attnrepro.papers import theory_settings_modules
+
+    return _schema(tuple((m.__name__, m.SETTINGS) for m in theory_settings_modules()))
+
+
+def __getattr__(name: str):
+    if name == "TheoryConfig":  # built on use, not at import (the papers' modules import attnrepro.config)
+        return theory_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,8 @@ A paper's theory module (papers.<paper>.THEORY) lists TheoryCurves. For every di
 point of an experiment's grid (the config values at ``keys``) ``params`` says which parameters the
 curve needs (None: no such curve there), ``also`` and ``extra`` add points of their own, and
 ``compute`` returns the curve's rows as columns. A theory job's key hashes the curve's name, its
-parameters and the settings it uses (conf/theory.yaml); its record (jobs.job, the columns as
+parameters and the settings it uses (``settings``: from conf/theory.yaml, whose entries beyond the
+shared ones each paper declares, config/theory.py); its record (jobs.job, the columns as
 ``metrics``) lies at <outputs>/theory/<curve>/<key>/record.json, shared by every experiment that
 needs it, and is stale when the curve's modules changed. The aggregate stage reads the records of
 the jobs that conf/theory.yaml (with the profile) expects, as rows with source = "theory".
@@ -32,7 +33,8 @@ class TheoryCurve:
     keys: tuple[str, ...]
     params: Callable[[Mapping], dict | None]
     compute: Callable[[dict, object], Columns]
-    settings: Callable[[object], dict] = lambda s: {"nodes": s.nodes}
+    # the settings compute reads (from conf/theory.yaml: its paper's THEORY_SETTINGS), hashed into the key
+    settings: Callable[[object], dict] = lambda s: {}
     extra: Callable[[object], list[dict]] = lambda s: []
     sweep: str | None = None  # a key whose values along the grid are gathered into one job (a list)
     # more parameter points derived from each one: also(params, experiment, settings)
@@ -128,7 +130,7 @@ def curve_jobs(experiment: str, settings: DictConfig) -> list[tuple[TheoryCurve,
         if curve.expand:
             wanted = [q for p in wanted if p is not None for q in curve.expand(p, settings)]
         if curve.sweep:
-            wanted = _gather(wanted, curve.sweep)
+            wanted = gather(wanted, curve.sweep)
         wanted += curve.extra(settings)
         seen = []
         for params in wanted:
@@ -139,7 +141,7 @@ def curve_jobs(experiment: str, settings: DictConfig) -> list[tuple[TheoryCurve,
     return out
 
 
-def _gather(points: list[dict | None], key: str) -> list[dict]:
+def gather(points: list[dict | None], key: str) -> list[dict]:
     """Points equal but for ``key`` merged into one, ``key`` then the sorted list of their values."""
     groups: list[dict] = []
     for p in points:

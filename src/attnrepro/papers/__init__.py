@@ -6,6 +6,10 @@ and figures. A paper package's ``__init__`` declares, without importing anything
   CONFIG  "config"               the config schemas module: SCHEMAS, checks(cfg, need), RESOLVERS
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
   THEORY  module or None         the theory curves: CURVES (jobs.theory runs them)
+  THEORY_SETTINGS module         optional: its SETTINGS, a dataclass whose fields join conf/theory.yaml's top
+                                 level (config.theory.theory_config), the settings its curves read
+  COMMANDS {command: module}     optional: `attnrepro <command>` runs the module's main(argv) -> int, its
+                                 docstring the help (cli.py)
   TESTS   (path, ...)            its numerical tests, paths relative to the repository's tests/ (the
                                  in-tree papers' are in IN_TREE_TESTS below; a package's own TESTS wins), or,
                                  for a paper installed from outside, relative to its own package folder
@@ -32,6 +36,7 @@ attnrepro.locations (paths only; it is no provenance root).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import re
@@ -78,12 +83,19 @@ CONTRACT = {
     "THEORY": ("a module name or None", lambda v: v is None or isinstance(v, str) and bool(v), True),
     "TESTS": ("a non-empty tuple of test files, relative to tests/ (an installed paper: to its package folder)",
               _test_paths, True),
+    "THEORY_SETTINGS": ("a module name (its SETTINGS: the paper's entries of conf/theory.yaml)",
+                        lambda v: isinstance(v, str) and bool(v), False),
+    "COMMANDS": ("a dict {command name: module name} (the module's main(argv) -> int)", _name_map, False),
 }
 CONFIG_CONTRACT = {
     "SCHEMAS": ("a dict {group: {schema name: dataclass}}",
                 lambda v: isinstance(v, dict) and all(isinstance(e, dict) for e in v.values()), True),
     "checks": ("a function checks(cfg, need)", callable, True),
     "RESOLVERS": ("a dict {resolver name: function}", lambda v: isinstance(v, dict), True),
+}
+THEORY_SETTINGS_CONTRACT = {
+    "SETTINGS": ("a dataclass whose fields are the paper's entries of conf/theory.yaml (with defaults)",
+                 lambda v: isinstance(v, type) and dataclasses.is_dataclass(v), True),
 }
 
 
@@ -304,6 +316,15 @@ def theory_curves() -> list:
     """Every paper's theory curves (papers without theory contribute none)."""
     return [curve for package in packages() if package.THEORY
             for curve in submodule(package, package.THEORY).CURVES]
+
+
+def theory_settings_modules() -> list[ModuleType]:
+    """Every paper's theory settings module (THEORY_SETTINGS; papers without declare none), each checked
+    (SETTINGS a dataclass)."""
+    modules = [submodule(p, p.THEORY_SETTINGS) for p in packages() if getattr(p, "THEORY_SETTINGS", None)]
+    _raise({m.__name__: errs for m in modules if (errs := _problems(m, THEORY_SETTINGS_CONTRACT, {}))},
+           "paper theory settings module")
+    return modules
 
 
 def declared_test_errors(package: ModuleType, tests_dir: Path | None = TESTS_DIR) -> list[str]:

@@ -9,3 +9,5 @@ FIGURES = ("figures.tied_error_vs_alpha", "figures.tied_factorized_vs_direct", "
            "figures.tied_scaling_laws", "figures.tied_error_decomposition", "figures.tied_bayes_gap",
            "figures.tied_interpolation_threshold")
 THEORY = "theory_curves"
+THEORY_SETTINGS = "theory_settings"
+COMMANDS = {"compare-theory": "compare_theory"}

@@ -57,7 +57,7 @@ def _interp_compute(params: dict, settings) -> Columns:
 INTERPOLATION = TheoryCurve(
     name="interpolation_threshold",
     experiments=("tied_error_vs_alpha", "tied_interpolation_peak", "tied_interpolation_threshold"),
-    keys=(*TASK, "model.kappa"), params=_interp_params, compute=_interp_compute)
+    keys=(*TASK, "model.kappa"), params=_interp_params, compute=_interp_compute, settings=lambda s: {"nodes": s.nodes})
 
 
 # ---------------------------------------------------------------- the exact-fit test's smallest residual

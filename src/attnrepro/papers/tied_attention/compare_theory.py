@@ -1,4 +1,6 @@
-"""Paper B's ERM state evolution against every complete record of a sweep, whatever its grid: for runs
+"""Paper B's ERM state evolution against any sweep's records (declared in its package's COMMANDS).
+
+Paper B's ERM state evolution against every complete record of a sweep, whatever its grid: for runs
 made with your own overrides (another d, other lambdas), which the profile's figures do not expect.
 
     attnrepro compare-theory outputs=outputs/d200 [experiment=tied_interpolation_peak] [profile=quick]
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     points = final[keys].drop_duplicates().to_dict("records")
     wanted = [p for p in (curves.STATE_EVOLUTION.params(pt) for pt in points) if p is not None]
     rows = []
-    for params in theory._gather(wanted, "task.alpha"):
+    for params in theory.gather(wanted, "task.alpha"):
         job = theory.theory_job(args["experiment"], curves.STATE_EVOLUTION, params, settings)
         rec = None if job.state().done else theory.compute(job, settings)
         if rec is not None and rec["status"] != "complete":
