@@ -74,9 +74,6 @@ def scaffold(tmp_path, registered, monkeypatch) -> Path:
     site = target / "src"
     fake_distribution(site, NAME, dist=NAME.replace("_", "-"))
     registered(site)
-    import attnrepro.config
-
-    monkeypatch.setattr(attnrepro.config, "PAPERS", papers.config_modules())  # as a fresh process reads it
     return target
 
 
@@ -139,7 +136,7 @@ def test_a_broken_external_paper_is_refused_in_one_line_naming_it(tmp_path, regi
     site = tmp_path / "site"
     package = site / "broken_paper_a"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text('TASKS = {"broken_a": "problem"}\nCONFIG = "config"\nTHEORY = None\n')
+    (package / "__init__.py").write_text('PROBLEMS = {"broken_a": "problem"}\nCONFIG = "config"\nTHEORY = None\n')
     fake_distribution(site, "broken_paper_a", dist="broken-a")
     registered(site)
     message = refused()

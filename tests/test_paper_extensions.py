@@ -29,7 +29,7 @@ def fake_paper(monkeypatch, settings=FakeSettings, **attrs) -> types.ModuleType:
     """A paper registered after the real ones for this test, with a theory settings module (SETTINGS = settings)
     and a command module (main returns 7 and echoes its arguments)."""
     package = types.ModuleType(f"attnrepro.papers.{FAKE}")
-    declared = {"TASKS": {"fake_extras_task": "problem"}, "CONFIG": "config", "FIGURES": (), "THEORY": None,
+    declared = {"PROBLEMS": {"fake_extras_task": "problem"}, "CONFIG": "config", "FIGURES": (), "THEORY": None,
                 "TESTS": ("test_paper_extensions.py",), "THEORY_SETTINGS": "theory_settings",
                 "COMMANDS": {"fake-hello": "hello"}, **attrs}
     for name, value in declared.items():

@@ -119,7 +119,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "adding_a_paper.md"
 def fake_paper(monkeypatch, drop=(), config_drop=(), packages=None, schemas=None, **attrs):
     """A paper package built here (and its config module), registered after the real ones (or alone:
     packages=(FAKE,)) for this test: the worked example of docs/adding_a_paper.md, less `drop`."""
-    declared = {"TASKS": {"ridge": "problem"}, "CONFIG": "config", "FIGURES": ("figures.ridge_error_vs_alpha",),
+    declared = {"PROBLEMS": {"ridge": "problem"}, "CONFIG": "config", "FIGURES": ("figures.ridge_error_vs_alpha",),
                 "THEORY": None, "TESTS": ("test_registry.py",), **attrs}
     package = types.ModuleType(f"attnrepro.papers.{FAKE}")
     for name, value in declared.items():
@@ -153,7 +153,7 @@ def test_the_fake_paper_as_written_is_accepted(monkeypatch):
     papers.check_registry()
 
 
-@pytest.mark.parametrize("attr", ["TASKS", "CONFIG", "FIGURES", "THEORY", "TESTS"])
+@pytest.mark.parametrize("attr", ["PROBLEMS", "CONFIG", "FIGURES", "THEORY", "TESTS"])
 def test_a_paper_lacking_a_required_attribute_is_refused_in_one_line_naming_it(monkeypatch, attr):
     fake_paper(monkeypatch, drop=(attr,))
     message = refused()
@@ -164,7 +164,7 @@ def test_a_paper_lacking_a_required_attribute_is_refused_in_one_line_naming_it(m
 
 
 @pytest.mark.parametrize("attr, value", [("CONFIG", "schemas"), ("FIGURES", "figures.ridge_error_vs_alpha"),
-                                         ("TASKS", ["ridge"]), ("SOLVERS", {"ridge_exact": None}), ("THEORY", ""),
+                                         ("PROBLEMS", ["ridge"]), ("SOLVERS", {"ridge_exact": None}), ("THEORY", ""),
                                          ("TESTS", ()), ("TESTS", ("../elsewhere/test_x.py",))])
 def test_a_paper_declaring_the_wrong_kind_of_value_is_refused(monkeypatch, attr, value):
     """CONFIG other than "config" escapes the grid cache's hash; FIGURES as one string would be read letter
@@ -201,8 +201,8 @@ def test_a_package_TESTS_takes_precedence_over_the_in_tree_declaration(monkeypat
 
 
 def test_a_task_or_solver_name_another_paper_declares_is_refused(monkeypatch):
-    """compute_module takes the first package that lists a name: a second one would never be reached."""
-    fake_paper(monkeypatch, TASKS={"sparse_xor": "problem"})
+    """problem_module and solver_module take the first package listing a name: a second is never reached."""
+    fake_paper(monkeypatch, PROBLEMS={"sparse_xor": "problem"})
     message = refused()
     assert "task.name 'sparse_xor' is declared by attnrepro.papers.sparse_xor and attnrepro.papers.fake_ridge" \
         in message, message
@@ -231,7 +231,7 @@ def test_the_real_papers_meet_the_contract():
     assert [p.__name__.rpartition(".")[2] for p in papers.packages()] == list(papers.PACKAGES)
     for package in papers.packages():
         assert papers.tests_of(package), package.__name__
-        for module in package.TASKS.values():
+        for module in package.PROBLEMS.values():
             assert callable(papers.submodule(package, module).build), (package.__name__, module)
         for module in getattr(package, "SOLVERS", {}).values():
             assert callable(papers.submodule(package, module).fit), (package.__name__, module)

@@ -279,3 +279,25 @@ def test_the_hydra_internals_the_grid_sweeper_uses():
     assert list(inspect.signature(ConfigLoaderImpl.load_sweep_config).parameters)[1:] == ["master_config",
                                                                                        "sweep_overrides"]
     assert issubclass(GridSweeper, BasicSweeper) and inspect.isclass(BasicLauncher)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["experiment=tied_interpolation_threshold", "train=lbfgs_fullbatch"],
+     "model=psd_exact_fit is solved, not trained: it needs train=solved"),
+    (["experiment=tied_spectra", "train=solved"], "train=solved is for a model its paper solves"),
+    (["experiment=tied_interpolation_threshold", "model.max_iter=0"], "model.max_iter: must be >= 1"),
+    (["experiment=xor_phase_dm", "train.steps=2"], "train=one_step is paper A's one gradient step"),
+])
+def test_solved_and_trained_models_take_their_own_train_options(overrides, message):
+    """Dispatch by the papers' declared SOLVERS: a solved model takes train=solved (its settings are the
+    model's), a trained one a training option; paper A's own train check lives in its config module."""
+    with pytest.raises(ConfigError, match=message):
+        validate(compose(["profile=smoke", *overrides]))
+
+
+def test_the_shared_train_schema_holds_no_paper_field():
+    """save_attention is paper A's (SparseXorTrainConfig): a paper-B job's train section has no such key, a
+    paper-A job's has it."""
+    b = compose(["profile=smoke", "experiment=tied_spectra"])
+    a = compose(["profile=smoke", "experiment=xor_one_step_attention"])
+    assert "save_attention" not in b.train and a.train.save_attention is True

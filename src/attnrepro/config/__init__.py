@@ -17,67 +17,15 @@ import math
 import os
 import secrets
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from attnrepro.config.theory import theory_config
-from attnrepro.papers import config_modules
-
-PAPERS = config_modules()
-
-
-class Optimizer(str, Enum):
-    sgd = "sgd"
-    adam = "adam"
-    lbfgs = "lbfgs"
-    apg = "apg"  # accelerated projected gradient: the convex solver of model=psd_exact_fit
-
-
-class DType(str, Enum):
-    float32 = "float32"
-    float64 = "float64"
-
-
-@dataclass
-class TrainConfig:
-    """Full-batch training: ``steps`` steps of ``optimizer``.
-
-    Step size eta = eta0 * unit, where the unit is the model's natural scale
-    (papers.sparse_xor.attention.step_unit: d^2 sqrt(m) for softmax attention,
-    m^2/d^2 for linear/erf attention) for SGD; Adam and L-BFGS take eta = eta0. Early stop once every
-    seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
-    or stalled (relative objective change between logs < tol); 0 disables each. Neither counts
-    while a seed's objective is within tol_move (relative) of its initial value.
-    With tol_grad > 0 each seed's record says whether it converged. Every trained run has a
-    stopping test (tol_grad > 0), or says ``fixed_steps: true`` where a fixed number of steps is the
-    protocol (paper A's one gradient step); its conf file says why, and its claims name the step count.
-
-    L-BFGS in two precisions: with ``coarse_dtype`` set, a seed first trains in that dtype until its
-    relative gradient is at most ``coarse_tol_grad`` or its objective stalls (relative change below
-    ``coarse_tol`` between logs), then goes on in ``dtype`` from there to tol_grad. Both stages measure
-    the gradient against the same L_0 (the objective at the initial point, in dtype); the recorded gradient
-    is the one in dtype; ``steps`` caps each stage.
-    """
-
-    name: str = "one_step"
-    optimizer: Optimizer = Optimizer.sgd
-    steps: int = 1
-    eta0: float = 100.0
-    log_every: int = 1
-    chunk: int = 8192
-    dtype: DType = DType.float64
-    save_attention: bool = False
-    tol: float = 0.0
-    tol_grad: float = 0.0
-    tol_move: float = 0.0
-    fixed_steps: bool = False
-    coarse_dtype: Optional[DType] = None
-    coarse_tol_grad: float = 0.0
-    coarse_tol: float = 0.0
+from attnrepro.config.train import DType, Optimizer, SolvedConfig, TrainConfig  # noqa: F401 (re-exported)
+from attnrepro.papers import config_modules, solver_module
 
 
 @dataclass
@@ -130,7 +78,7 @@ class Config:
 
 
 SCHEMAS = {
-    "train": {"train_schema": TrainConfig},
+    "train": {"train_schema": TrainConfig, "solved_schema": SolvedConfig},
     "logger": {"logger_schema": LoggerConfig},
     "profile": {"profile_schema": ProfileConfig},
 }
@@ -144,7 +92,8 @@ def register_configs() -> None:
     `attnrepro.uid` (a per-process id that keeps two sweeps started in the same second apart)."""
     uid = f"{os.getpid()}-{secrets.token_hex(2)}"
     resolvers = {"attnrepro.uid": lambda: uid}
-    for paper in PAPERS:
+    papers = config_modules()
+    for paper in papers:
         resolvers.update(paper.RESOLVERS)
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
@@ -152,7 +101,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(name="theory_schema", node=theory_config())
-    for schemas in [SCHEMAS, *(paper.SCHEMAS for paper in PAPERS)]:
+    for schemas in [SCHEMAS, *(paper.SCHEMAS for paper in papers)]:
         for group, entries in schemas.items():
             for name, node in entries.items():
                 cs.store(group=group, name=name, node=node)
@@ -173,6 +122,30 @@ def _non_finite(node: Any, prefix: str) -> List[str]:
     return out
 
 
+def _train_checks(train: TrainConfig, need) -> None:
+    """Range checks of a trained job's train section."""
+    need(train.steps >= 1, "train.steps", f"must be >= 1, got {train.steps}")
+    need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
+    need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
+    need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
+    need(all(math.isfinite(v) and v >= 0 for v in (train.tol, train.tol_grad, train.tol_move)), "train.tol",
+         f"tolerances must be finite and >= 0, got tol={train.tol}, tol_grad={train.tol_grad}, "
+         f"tol_move={train.tol_move}")
+    need(train.fixed_steps != (train.tol_grad > 0), "train.tol_grad",
+         f"a trained run needs a stopping test, tol_grad > 0, or train.fixed_steps=true where a fixed number "
+         f"of steps is the protocol (not both); got tol_grad={train.tol_grad}, fixed_steps={train.fixed_steps}")
+    if train.coarse_dtype is not None:
+        need(train.optimizer is Optimizer.lbfgs and train.coarse_dtype is not train.dtype, "train.coarse_dtype",
+             f"a first stage in another precision is for L-BFGS, in a dtype other than train.dtype; got "
+             f"optimizer={train.optimizer.value}, coarse_dtype={train.coarse_dtype.value}, dtype={train.dtype.value}")
+        need(train.coarse_tol_grad > 0 or train.coarse_tol > 0, "train.coarse_tol_grad",
+             f"the first stage needs a test to end it, coarse_tol_grad > 0 or coarse_tol > 0; got "
+             f"coarse_tol_grad={train.coarse_tol_grad}, coarse_tol={train.coarse_tol}")
+    need(all(math.isfinite(v) and v >= 0 for v in (train.coarse_tol, train.coarse_tol_grad)), "train.coarse_tol",
+         f"tolerances must be finite and >= 0, got coarse_tol={train.coarse_tol}, "
+         f"coarse_tol_grad={train.coarse_tol_grad}")
+
+
 def _checks(cfg: Any) -> List[str]:
     """Range checks, as 'field: problem' strings. cfg is the object form of Config. A NaN or infinite
     value is reported alone (the range checks of the papers compute with the values)."""
@@ -186,32 +159,13 @@ def _checks(cfg: Any) -> List[str]:
 
     need(cfg.n_seeds >= 1, "n_seeds", f"must be >= 1, got {cfg.n_seeds}")
     need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
-    train = cfg.train
-    need(train.steps >= 1, "train.steps", f"must be >= 1, got {train.steps}")
-    need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
-    need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
-    need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
-    need(all(math.isfinite(v) and v >= 0 for v in (train.tol, train.tol_grad, train.tol_move)), "train.tol",
-         f"tolerances must be finite and >= 0, got tol={train.tol}, tol_grad={train.tol_grad}, "
-         f"tol_move={train.tol_move}")
-    need(train.name != "one_step" or train.steps == 1, "train.steps",
-         f"train=one_step is paper A's one gradient step, got steps={train.steps} (more steps: train=gd "
-         "train.steps=N, a fixed-step protocol)")
-    if train.optimizer is not Optimizer.apg:  # a trained run (apg: the exact-fit solver's own test)
-        need(train.fixed_steps != (train.tol_grad > 0), "train.tol_grad",
-             f"a trained run needs a stopping test, tol_grad > 0, or train.fixed_steps=true where a fixed number "
-             f"of steps is the protocol (not both); got tol_grad={train.tol_grad}, fixed_steps={train.fixed_steps}")
-    if train.coarse_dtype is not None:
-        need(train.optimizer is Optimizer.lbfgs and train.coarse_dtype is not train.dtype, "train.coarse_dtype",
-             f"a first stage in another precision is for L-BFGS, in a dtype other than train.dtype; got "
-             f"optimizer={train.optimizer.value}, coarse_dtype={train.coarse_dtype.value}, dtype={train.dtype.value}")
-        need(train.coarse_tol_grad > 0 or train.coarse_tol > 0, "train.coarse_tol_grad",
-             f"the first stage needs a test to end it, coarse_tol_grad > 0 or coarse_tol > 0; got "
-             f"coarse_tol_grad={train.coarse_tol_grad}, coarse_tol={train.coarse_tol}")
-    need(all(math.isfinite(v) and v >= 0 for v in (train.coarse_tol, train.coarse_tol_grad)), "train.coarse_tol",
-         f"tolerances must be finite and >= 0, got coarse_tol={train.coarse_tol}, "
-         f"coarse_tol_grad={train.coarse_tol_grad}")
-    for paper in PAPERS:
+    solved = solver_module(cfg.model.name) is not None
+    need(solved == isinstance(cfg.train, SolvedConfig), "train",
+         f"model={cfg.model.name} is solved, not trained: it needs train=solved (its settings are the model's)"
+         if solved else f"train=solved is for a model its paper solves; model={cfg.model.name} is trained")
+    if isinstance(cfg.train, TrainConfig):
+        _train_checks(cfg.train, need)
+    for paper in config_modules():
         paper.checks(cfg, need)
     return errs
 

@@ -68,7 +68,7 @@ def _is_figure_module(name: str) -> bool:
 
 
 def _is_registry(name: str) -> bool:
-    """attnrepro.papers and a paper package's __init__: lists of names (PACKAGES, TASKS, FIGURES), no numbers."""
+    """attnrepro.papers and a paper package's __init__: lists of names (PACKAGES, PROBLEMS, FIGURES), no numbers."""
     parts = name.split(".")
     return parts[:2] == [PACKAGE, "papers"] and len(parts) <= 3 or name in _external()
 

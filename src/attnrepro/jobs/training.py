@@ -16,7 +16,7 @@ from attnrepro.jobs.environment import full_fp32_matmuls, versions
 from attnrepro.jobs.heartbeat import still_running
 from attnrepro.jobs.job import Job, State, digest, state_of
 from attnrepro.jobs.records import record_path
-from attnrepro.papers import compute_module
+from attnrepro.papers import problem_module, solver_module
 
 FIT = ("attnrepro.jobs.fit", "attnrepro.lit.replica")  # the trainer, for every trained model
 
@@ -31,20 +31,14 @@ def job_key(cfg: DictConfig) -> str:
     return digest(semantic_config(cfg))
 
 
-def _solver(task_name: str, model_name: str) -> tuple[str, bool]:
-    """(the module computing the job, whether it is a solver rather than a trained problem)."""
-    module = compute_module(task_name, model_name)
-    package, name = module.rsplit(".", 1)
-    return module, importlib.import_module(package).TASKS.get(task_name) != name
-
-
 def roots(task_name: str, model_name: str) -> tuple[str, ...]:
     """The modules a training record's numbers come from: the solver, or the trainer and the problem, and
     the paper's config schemas (their methods give n, p, m from the parameters)."""
-    module, solved = _solver(task_name, model_name)
+    solver = solver_module(model_name)
+    module = solver or problem_module(task_name)
     package = importlib.import_module(module.rsplit(".", 1)[0])
     config = f"{package.__name__}.{package.CONFIG}"
-    return (module, config) if solved else (*FIT, module, config)
+    return (module, config) if solver else (*FIT, module, config)
 
 
 def training_job(cfg: DictConfig) -> Job:
@@ -70,9 +64,9 @@ def _hydra_overrides() -> list[str]:
 
 
 def _compute(obj, trainer_cfg):
-    module, solved = _solver(obj.task.name, obj.model.name)
-    if solved:
-        return lambda: importlib.import_module(module).fit(obj)
+    solver = solver_module(obj.model.name)
+    if solver:
+        return lambda: importlib.import_module(solver).fit(obj)
     from attnrepro.jobs.fit import fit
 
     return lambda: fit(obj, trainer_cfg)

@@ -1,7 +1,7 @@
 """The papers: one package each, holding its config schemas, task, models, problem, theory curves
 and figures. A paper package's ``__init__`` declares, without importing anything:
 
-  TASKS   {task.name: module}   the module's build(task, model, train, gens) -> (problem, derived)
+  PROBLEMS {task.name: module}  the task's problem module: build(task, model, train, gens) -> (problem, derived)
   SOLVERS {model.name: module}  optional: models solved, not trained: the module's fit(cfg) -> record fields
   CONFIG  "config"               the config schemas module: SCHEMAS, checks(cfg, need), RESOLVERS
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
@@ -76,7 +76,7 @@ def _test_paths(v) -> bool:
 
 # attribute -> (what it must be, its test, whether it must be there)
 CONTRACT = {
-    "TASKS": ("a dict {task.name: module name}", _name_map, True),
+    "PROBLEMS": ("a dict {task.name: the name of its problem module}", _name_map, True),
     "SOLVERS": ("a dict {model.name: module name}", _name_map, False),
     "CONFIG": ('"config" (jobs.grid hashes <package>/config.py for its cache)', lambda v: v == "config", True),
     "FIGURES": ("a tuple of figure module names", _names, True),
@@ -240,7 +240,7 @@ def packages() -> list[ModuleType]:
     if len(loaded) != len(_checked) or any(a is not b for a, b in zip(loaded, _checked)):
         _raise({p.__name__: errs for p in loaded
                 if (errs := contract_errors(p) + (external_errors(p) if is_external(p) else []))})
-        _raise({**_unique(loaded, "TASKS", "task.name"), **_unique(loaded, "SOLVERS", "model.name")})
+        _raise({**_unique(loaded, "PROBLEMS", "task.name"), **_unique(loaded, "SOLVERS", "model.name")})
         _raise(_clashes(loaded))
         _checked = tuple(loaded)
     return loaded
@@ -276,20 +276,30 @@ def submodule(package: ModuleType, name: str) -> ModuleType:
     return importlib.import_module(f"{package.__name__}.{name}")
 
 
-def compute_module(task_name: str, model_name: str) -> str:
-    """The module that computes a job: the model's solver if it has one, else the task's problem."""
+def solver_module(model_name: str) -> str | None:
+    """The module that solves a model (a paper's SOLVERS), or None: the model is trained."""
     for package in packages():
         if model_name in getattr(package, "SOLVERS", {}):
             return f"{package.__name__}.{package.SOLVERS[model_name]}"
+    return None
+
+
+def problem_module(task_name: str) -> str:
+    """The module whose build(task, model, train, gens) -> (problem, derived) makes a task's trained problem."""
     for package in packages():
-        if task_name in package.TASKS:
-            return f"{package.__name__}.{package.TASKS[task_name]}"
+        if task_name in package.PROBLEMS:
+            return f"{package.__name__}.{package.PROBLEMS[task_name]}"
     raise ValueError(f"no problem for task.name={task_name!r}")
+
+
+def compute_module(task_name: str, model_name: str) -> str:
+    """The module that computes a job: the model's solver if it has one, else the task's problem."""
+    return solver_module(model_name) or problem_module(task_name)
 
 
 def builder(task_name: str):
     """The build(task, model, train, gens) -> (problem, derived) function of a task."""
-    return importlib.import_module(compute_module(task_name, "")).build
+    return importlib.import_module(problem_module(task_name)).build
 
 
 def config_modules() -> list[ModuleType]:

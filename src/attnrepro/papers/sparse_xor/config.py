@@ -1,4 +1,5 @@
-"""Schemas of paper A: the sparse-XOR task, the two-head attention model, the FFNN baseline."""
+"""Schemas of paper A: the sparse-XOR task, the two-head attention model, the FFNN baseline, and its
+training settings (the shared TrainConfig plus save_attention)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Optional
+
+from attnrepro.config.train import TrainConfig
 
 
 class Attention(str, Enum):
@@ -121,7 +124,18 @@ class FfnnModel:
     k: int = 8
 
 
+@dataclass
+class SparseXorTrainConfig(TrainConfig):
+    """Paper A's training (every conf/train option its experiments use): the shared TrainConfig, with SGD's
+    step eta = eta0 * the attention's step unit (attention.step_unit: d^2 sqrt(m) for softmax, m^2/d^2 for
+    linear/erf; kheads.step_unit_k for k-sparse parity), and ``save_attention``: keep each head's attention
+    on the d positions at the start and at the end (the record's arrays; figure xor_one_step_attention)."""
+
+    save_attention: bool = False
+
+
 SCHEMAS = {
+    "train": {"sparse_xor_train_schema": SparseXorTrainConfig},
     "task": {"sparse_xor_schema": SparseXorTask, "k_parity_schema": KParityTask},
     "model": {"xor_attention_schema": XorAttentionModel, "ffnn_schema": FfnnModel,
               "k_head_attention_schema": KHeadAttentionModel},
@@ -130,7 +144,11 @@ SCHEMAS = {
 
 def checks(cfg: Any, need) -> None:
     """Range checks of paper A's sections; need(cond, field, message)."""
-    task, model = cfg.task, cfg.model
+    task, model, train = cfg.task, cfg.model, cfg.train
+    if isinstance(train, SparseXorTrainConfig):
+        need(train.name != "one_step" or train.steps == 1, "train.steps",
+             f"train=one_step is paper A's one gradient step, got steps={train.steps} (more steps: train=gd "
+             "train.steps=N, a fixed-step protocol)")
     if isinstance(task, SparseXorTask):
         need(task.d >= 2, "task.d", f"must be >= 2 (two support positions), got {task.d}")
         need(0.0 <= task.noise < 0.5, "task.noise", f"must be in [0, 0.5), got {task.noise}")

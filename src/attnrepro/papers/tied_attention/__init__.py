@@ -2,7 +2,7 @@
 ERM's test and training error, the spectrum of the learned weights, factorized vs direct training,
 the interpolation threshold and power-law scaling laws, with the state evolution beside them."""
 
-TASKS = {"attention_indexed": "problem"}
+PROBLEMS = {"attention_indexed": "problem"}
 SOLVERS = {"psd_exact_fit": "exact_fit_problem"}
 CONFIG = "config"
 FIGURES = ("figures.tied_error_vs_alpha", "figures.tied_factorized_vs_direct", "figures.tied_spectra",

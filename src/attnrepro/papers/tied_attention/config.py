@@ -93,13 +93,18 @@ class TiedAttentionModel:
 class ExactFitModel:
     """The exact-fit test (problems.tied_exact_fit): is there a PSD S, of any rank, whose logit
     differences h_aa(S) - h_12(S) equal the labels' (the lambda = 0 question of paper B's
-    interpolation threshold)? Solved as PSD least squares by accelerated projected gradient;
+    interpolation threshold)? Solved (train=solved) as PSD least squares by accelerated projected gradient
+    (FISTA with gradient restart, step 1/L, projection onto the PSD cone) in float64;
     ``fit_tol``: an exact fit is a residual per sample 1/2 |A(S) - t|^2 / n at most this; ``gap_tol``:
-    the relative duality gap at which a certified minimum with no fit is accepted."""
+    the relative duality gap at which a certified minimum with no fit is accepted; ``max_iter``: the
+    iteration cap (a seed with neither a fit nor a certificate there is "undecided"); ``log_every``:
+    iterations between progress lines."""
 
     name: str = "psd_exact_fit"
     fit_tol: float = 1e-12
     gap_tol: float = 1e-6
+    max_iter: int = 5000
+    log_every: int = 500
 
 
 SCHEMAS = {
@@ -153,11 +158,10 @@ def checks(cfg: Any, need) -> None:
     if isinstance(model, ExactFitModel):
         need(isinstance(task, AttentionIndexedTask) and task.T == 2, "model",
              "model=psd_exact_fit needs task=attention_indexed with T = 2")
-        need(cfg.train.optimizer.value == "apg", "train", "model=psd_exact_fit is solved by train=apg")
         need(_finite(model.fit_tol) and model.fit_tol > 0, "model.fit_tol", f"must be > 0, got {model.fit_tol}")
         need(_finite(model.gap_tol) and model.gap_tol > 0, "model.gap_tol", f"must be > 0, got {model.gap_tol}")
-    elif cfg.train.optimizer.value == "apg":
-        need(False, "train", "train=apg solves model=psd_exact_fit only")
+        need(model.max_iter >= 1, "model.max_iter", f"must be >= 1, got {model.max_iter}")
+        need(model.log_every >= 1, "model.log_every", f"must be >= 1, got {model.log_every}")
 
 
 RESOLVERS: dict = {}

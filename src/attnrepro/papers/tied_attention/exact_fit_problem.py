@@ -1,4 +1,4 @@
-"""The exact-fit test of paper B's interpolation threshold, as a job (model=psd_exact_fit, train=apg).
+"""The exact-fit test of paper B's interpolation threshold, as a job (model=psd_exact_fit, train=solved).
 
 At lambda = 0 the softmax student fits its labels exactly iff some PSD S has h(S) equal to the
 labels' logits up to a constant per row, i.e. (T = 2) logit differences
@@ -46,7 +46,7 @@ def draw(task, gens: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor,
 def fit(cfg) -> dict:
     """Solve every seed's problem; the record's derived quantities, metrics, arrays and timings."""
     t0 = time.perf_counter()
-    task, model, train = cfg.task, cfg.model, cfg.train
+    task, model = cfg.task, cfg.model
     S0, X, t = draw(task, replica_generators(cfg.seed, cfg.n_seeds))
     device = torch.device("cuda" if cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
                           else "cpu")
@@ -58,8 +58,8 @@ def fit(cfg) -> dict:
               f"{worst:.3g}", flush=True)
 
     t1 = time.perf_counter()
-    res = psd_exact_fit.solve(X, t, max_iter=train.steps, fit_tol=model.fit_tol, gap_tol=model.gap_tol, log=log,
-                              log_every=train.log_every)
+    res = psd_exact_fit.solve(X, t, max_iter=model.max_iter, fit_tol=model.fit_tol, gap_tol=model.gap_tol,
+                              log=log, log_every=model.log_every)
     t2 = time.perf_counter()
     code = {"fit": 1.0, "no_fit": 0.0, "undecided": math.nan}
     as_list = lambda v: v.detach().cpu().tolist()  # noqa: E731
