@@ -78,7 +78,8 @@ def _main(argv: list[str] | None) -> int:
         return hydra_apps.run(getattr(hydra_apps, command), command, rest)
     from attnrepro.commands.args import UsageError
 
-    module = importlib.import_module(papers[command] if command in papers else f"attnrepro.commands.{COMMANDS[command]}")
+    name = papers[command] if command in papers else f"attnrepro.commands.{COMMANDS[command]}"
+    module = importlib.import_module(name)
     try:
         return module.main(rest)
     except UsageError as e:
