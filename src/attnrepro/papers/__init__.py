@@ -146,7 +146,8 @@ def _raise(errors: dict[str, list[str]], what: str = "paper package") -> None:
 
 
 def _unique(packages: list[ModuleType], attr: str, what: str) -> dict[str, list[str]]:
-    """Names declared by more than one package (compute_module would take the first silently)."""
+    """Names declared by more than one package (problem_module and solver_module would take the first
+    silently)."""
     owners: dict[str, list[str]] = {}
     for package in packages:
         for name in getattr(package, attr, {}):
@@ -290,11 +291,6 @@ def problem_module(task_name: str) -> str:
         if task_name in package.PROBLEMS:
             return f"{package.__name__}.{package.PROBLEMS[task_name]}"
     raise ValueError(f"no problem for task.name={task_name!r}")
-
-
-def compute_module(task_name: str, model_name: str) -> str:
-    """The module that computes a job: the model's solver if it has one, else the task's problem."""
-    return solver_module(model_name) or problem_module(task_name)
 
 
 def builder(task_name: str):
