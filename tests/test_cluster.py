@@ -399,3 +399,20 @@ def test_the_wait_names_only_the_arrays_it_still_waits_on(tmp_path, monkeypatch)
     slurm.wait(subs, lambda key: tmp_path / "no_record" / key, log=lines.append, run=run, sleep=lambda s: None)
     progress = [line for line in lines if line.startswith("waiting on")]
     assert progress and all(line.startswith("waiting on arrays 7:") for line in progress), lines
+
+
+def test_a_task_ended_without_its_records_names_the_end_of_its_log(tmp_path):
+    """Without cgroups an out-of-memory kill shows only in the task's stderr (srun: ... Killed): the outcome
+    line of a task that ended without its records ends with that log's last line; none when there is no log."""
+    from attnrepro.jobs import slurm
+
+    folder = tmp_path / "slurm" / "sweep"
+    folder.mkdir(parents=True)
+    (folder / "21_6_0_log.err").write_text("Trainer.fit stopped\nsrun: error: vm: task 0: Killed\n\n")
+    sub = slurm.Submission(array="21", kind="train", experiment="e", tasks=[["k1", "k2"], ["k3"]],
+                           folder=str(folder), submitted=time.time(), ids=["21_6", "21_7"])
+    states = {t: TaskState(t, "FAILED", "None") for t in ("21_6", "21_7")}
+    out = slurm._outcome([sub], states, lambda key: key == "k1", run=lambda cmd: "")
+    assert out["missing"] == ["k2", "k3"]
+    assert out["ended"][0].endswith("without 1 of its 2 records; its log ends: srun: error: vm: task 0: Killed")
+    assert out["ended"][1].endswith("without 1 of its 1 records")

@@ -270,9 +270,20 @@ def _outcome(subs: Sequence[Submission], states: dict[str, cluster.TaskState], d
                 how = (f"{st.state}{f' ({st.reason})' if st.reason else ''}" if st and st.state != "UNKNOWN"
                        else "out of the queue with no accounting record (cancelled while pending?)")
                 ended.append(f"task {tid} ({sub.experiment}) ended {how} without {len(lost)} of its "
-                             f"{len(keys)} records")
+                             f"{len(keys)} records{_log_end(sub.folder, tid)}")
                 missing += lost
     return {"ended": ended, "missing": missing}
+
+
+def _log_end(folder: str, tid: str) -> str:
+    """'; its log ends: <the last line of the task's stderr>' (submitit's <folder>/<id>_0_log.err), or '' when
+    there is none. Without cgroups an out-of-memory kill shows only there ("srun: error: ...: Killed")."""
+    try:
+        lines = (Path(folder) / f"{tid}_0_log.err").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return f"; its log ends: {last[:200]}" if last else ""
 
 
 def run_chunk(kind: str, experiment: str, specs: list, context: dict) -> list[str]:
