@@ -29,6 +29,33 @@ def test_zero_one_error_counts_sign_mismatches_chunk_by_chunk():
     assert 0 < min(expect)  # a non-trivial case
 
 
+def test_samples_are_drawn_as_by_stacking_and_a_capped_chunk_gives_the_same_loss_and_gradient(monkeypatch):
+    """SampleSet.draw writes each replica into one position-major buffer: the same inputs, labels and layout as
+    stacking the replicas' draws (the route it replaced); a chunk capped by CHUNK_ENTRIES (here 3 samples)
+    gives the one-chunk mean squared error and gradient to rounding."""
+    gens, supports, (n, d) = replica_generators(5, 3), [(0, 1), (2, 4), (1, 3)], (29, 6)
+    got = P.SampleSet.draw(gens, n, d, supports, 0.2, torch.float64)
+    xs, ys = [], []
+    for g, (p, q) in zip(replica_generators(5, 3), supports):
+        xs.append(P.X.draw_inputs(g, n, d))
+        ys.append(P.X.labels(xs[-1], p, q, 0.2, g))
+    assert torch.equal(got.x, torch.stack(xs).to(torch.float64)) and torch.equal(got.y, torch.stack(ys).double())
+    assert got.x.stride() == (n * d, 1, n)  # position-major
+    w = torch.randn(3, d, dtype=torch.float64, requires_grad=True, generator=torch.Generator().manual_seed(1))
+    f = lambda xc: torch.einsum("rnd,rd->rn", xc, w) ** 2  # noqa: E731
+
+    def loss_and_grad():
+        w.grad = None
+        loss = got.mse(f, chunk=1000, backward=lambda l: l.backward(), dtype=torch.float64)
+        return loss, w.grad.clone()
+
+    full = loss_and_grad()
+    monkeypatch.setattr(P, "CHUNK_ENTRIES", 3 * 3 * d)
+    assert got._chunk(1000) == 3
+    capped = loss_and_grad()
+    assert torch.allclose(full[0], capped[0], rtol=1e-13) and torch.allclose(full[1], capped[1], rtol=1e-13)
+
+
 def test_split_needs_one_head_on_p_and_the_other_on_q():
     df = pd.DataFrame({"share_p": [0.9, 0.1, 0.9, 0.6], "share_q": [0.05, 0.8, 0.05, 0.3],
                        "share_tilde_p": [0.05, 0.7, 0.9, 0.2], "share_tilde_q": [0.9, 0.1, 0.05, 0.45]})

@@ -13,12 +13,18 @@ from attnrepro.papers.sparse_xor.ffnn import ReluFFNN
 
 Backward = Optional[Callable[[Tensor], None]]
 
+# A chunk of samples holds at most this many entries (R * chunk * d): 2 GiB in float64. The paper profile's
+# one-step jobs have R = 100 seeds at d = 1024, where train.chunk = 8192 samples alone would be 6.7 GB per
+# chunk (and its autograd copies); every quick-profile job stays below it, so its chunks are train.chunk.
+CHUNK_ENTRIES = 2**28
+
 
 class SampleSet(nn.Module):
     """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
 
     Stored in the training dtype when it fits (<= 2^29 entries: 2 GiB in float32, 4 GiB in
-    float64), else as int8 and converted chunk by chunk. x is laid out position-major (a (R, n, d)
+    float64), else as int8 and converted chunk by chunk; a chunk is at most train.chunk samples and
+    CHUNK_ENTRIES entries. x is laid out position-major (a (R, n, d)
     view of a contiguous (R, d, n) tensor), so that the two heads' dot products, (R, 2, d)(R, d, n),
     and their gradient run as wide matrix products: on CPU (MKL) the (R, n, d)(R, d, 2) products
     took about 5x longer at d = 256, n = 4096, 24 replicas.
@@ -31,17 +37,25 @@ class SampleSet(nn.Module):
 
     @classmethod
     def draw(cls, gens, n: int, d: int, supports, noise: float, dtype) -> "SampleSet":
-        xs, ys = [], []
-        for g, (p, q) in zip(gens, supports):
-            xs.append(X.draw_inputs(g, n, d))
-            ys.append(X.labels(xs[-1], p, q, noise, g))
-        x, y = torch.stack(xs).transpose(1, 2).contiguous().transpose(1, 2), torch.stack(ys)
+        """Each replica's inputs and labels from its generator, written straight into one position-major
+        int8 buffer (peak memory: the buffer and one replica's draw)."""
+        x = torch.empty(len(gens), d, n, dtype=torch.int8)
+        y = torch.empty(len(gens), n, dtype=torch.int8)
+        for r, (g, (p, q)) in enumerate(zip(gens, supports)):
+            xr = X.draw_inputs(g, n, d)
+            y[r] = X.labels(xr, p, q, noise, g)
+            x[r] = xr.T
+        x = x.transpose(1, 2)
         return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**29 else cls(x, y)
+
+    def _chunk(self, chunk: int) -> int:
+        """Samples per chunk: at most `chunk`, and at most CHUNK_ENTRIES entries (R * chunk * d)."""
+        return max(1, min(chunk, CHUNK_ENTRIES // (self.x.shape[0] * self.x.shape[2])))
 
     def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:
         """(1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 per replica, evaluated `chunk` samples at a time.
         With `backward`, gradients are accumulated chunk by chunk (memory O(chunk d))."""
-        n = self.x.shape[1]
+        n, chunk = self.x.shape[1], self._chunk(chunk)
         total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
         for i in range(0, n, chunk):
             xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
@@ -55,7 +69,7 @@ class SampleSet(nn.Module):
     @torch.no_grad()
     def zero_one_error(self, f: Callable[[Tensor], Tensor], chunk: int, dtype) -> Tensor:
         """(1/n) sum_mu 1[sign f(x_mu) != y_mu] per replica (f = 0 counts as an error), `chunk` at a time."""
-        n = self.x.shape[1]
+        n, chunk = self.x.shape[1], self._chunk(chunk)
         wrong = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
         for i in range(0, n, chunk):
             xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
