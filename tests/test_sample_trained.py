@@ -46,7 +46,7 @@ def test_samples_are_drawn_as_by_stacking_and_a_capped_chunk_gives_the_same_loss
 
     def loss_and_grad():
         w.grad = None
-        loss = got.mse(f, chunk=1000, backward=lambda l: l.backward(), dtype=torch.float64)
+        loss = got.mse(f, chunk=1000, backward=lambda loss: loss.backward(), dtype=torch.float64)
         return loss, w.grad.clone()
 
     full = loss_and_grad()
