@@ -4,10 +4,16 @@ gradients, one SGD step), float64, to 1e-10; the non-CLS query columns get exact
 import pytest
 import torch
 
-from attnrepro.config import TrainConfig
 from attnrepro.papers.sparse_xor import task as X
 from attnrepro.papers.sparse_xor.attention import TwoHeadXorAttention
-from attnrepro.papers.sparse_xor.config import Attention, Form, Init, SparseXorTask, XorAttentionModel
+from attnrepro.papers.sparse_xor.config import (
+    Attention,
+    Form,
+    Init,
+    SparseXorTask,
+    SparseXorTrainConfig,
+    XorAttentionModel,
+)
 from attnrepro.papers.sparse_xor.problem import build
 from attnrepro.papers.sparse_xor.transformer import TwoHeadXorTransformer
 from attnrepro.seeding import replica_generators
@@ -105,7 +111,7 @@ def test_cls_self_score_is_masked(attention):
 def test_one_sgd_step_through_build_equal(attention, init, n):
     """problem.build for both forms, one SGD step on the population (n None) or empirical loss."""
     task = SparseXorTask(d=16, n=n, noise=0.1)
-    train = TrainConfig(eta0=50.0 if attention == "softmax" else 0.2, chunk=16)
+    train = SparseXorTrainConfig(name="one_step", eta0=50.0 if attention == "softmax" else 0.2, chunk=16)
     after = {}
     for form in Form:
         model = XorAttentionModel(attention=Attention(attention), init=Init(init), m=5, form=form)
