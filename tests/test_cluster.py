@@ -395,6 +395,7 @@ def test_the_wait_names_only_the_arrays_it_still_waits_on(tmp_path, monkeypatch)
         return ""
 
     monkeypatch.setattr(slurm, "PROGRESS_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_S", (0.01,))  # the no-op sleep would otherwise spin through each poll
     lines = []
     slurm.wait(subs, lambda key: tmp_path / "no_record" / key, log=lines.append, run=run, sleep=lambda s: None)
     progress = [line for line in lines if line.startswith("waiting on")]
