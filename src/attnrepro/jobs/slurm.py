@@ -276,10 +276,12 @@ def _outcome(subs: Sequence[Submission], states: dict[str, cluster.TaskState], d
 
 
 def _log_end(folder: str, tid: str) -> str:
-    """'; its log ends: <the last line of the task's stderr>' (submitit's <folder>/<id>_0_log.err), or '' when
-    there is none. Without cgroups an out-of-memory kill shows only there ("srun: error: ...: Killed")."""
+    """'; its log ends: <the last line of the task's stderr>' (submitit's JobPaths), or '' when there is none.
+    Without cgroups an out-of-memory kill shows only there ("srun: error: ...: Killed")."""
+    from submitit.core.utils import JobPaths
+
     try:
-        lines = (Path(folder) / f"{tid}_0_log.err").read_text(errors="replace").splitlines()
+        lines = JobPaths(folder, job_id=tid, task_id=0).stderr.read_text(errors="replace").splitlines()
     except OSError:
         return ""
     last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
