@@ -8,6 +8,10 @@ CLI         := $(VENV)/bin/attnrepro
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PROFILE     ?= quick
+# The suite in TEST_WORKERS processes (pytest-xdist; 1: one process): a test file runs in one worker, the
+# tests marked slurm all in one (tests/conftest.py), and the workers share one background smoke reproduction.
+TEST_WORKERS ?= 2
+PYTEST      := $(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 STAMP       := $(VENV)/.installed
 
 .PHONY: install test test-full reproduce-figures figures bench gpu-check lint clean sync-wandb
@@ -22,10 +26,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-full: install
-	$(PY) -m pytest -q -m ""
+	$(PYTEST) -m ""
 
 reproduce-figures: install
 	$(CLI) reproduce profile=$(PROFILE)

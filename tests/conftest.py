@@ -9,8 +9,10 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -52,6 +54,14 @@ def smoke_grid_cache(tmp_path_factory) -> Path:
 # sweep after the other). So once the tests are collected, if any of them needs it (the smoke_run
 # fixture), it starts in the background, and the tests that need it run last: the rest of the
 # suite runs meanwhile on the other core. smoke_run waits for it.
+#
+# Under pytest-xdist (`make test` runs two workers) the workers share one reproduction: the
+# controller makes its folder (SMOKE_DIR, inherited by the workers), the first worker that needs it
+# starts it there (an atomic mkdir decides which), every worker waits for the exit status it writes,
+# and the controller stops it and removes the folder at the end. Without xdist the one process is
+# both.
+
+SMOKE_DIR = "ATTNREPRO_TEST_SMOKE_DIR"
 
 
 @dataclass(frozen=True)
@@ -75,45 +85,102 @@ class SmokeRun:
 
 
 class _Reproduction:
-    """The smoke reproduction as a background process writing into a temp folder."""
+    """The smoke reproduction as a background process (its own session) writing into `folder`:
+    outputs/, stdout.txt, stderr.txt, pid, and rc (its exit status, written when it ends)."""
 
-    def __init__(self):
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.outputs = folder / "outputs"
+        self.proc: subprocess.Popen | None = None  # in the process that started it
+
+    def start(self) -> bool:
+        """Start it unless another process of this session did (False then)."""
         from sweep_tools import cli_cmd, train_env
 
-        self.folder = Path(tempfile.mkdtemp(prefix="attnrepro-smoke-"))
-        self.outputs = self.folder / "outputs"
-        self.stdout_path, self.stderr_path = self.folder / "stdout.txt", self.folder / "stderr.txt"
-        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.proc = subprocess.Popen(cli_cmd("reproduce", "profile=smoke"), cwd=ROOT, stdout=out, stderr=err,
-                                         env=train_env(self.outputs, WANDB_MODE="disabled"))
+        try:
+            (self.folder / "started").mkdir()
+        except FileExistsError:
+            return False
+        script = '"$@" >"$0/stdout.txt" 2>"$0/stderr.txt"; echo $? >"$0/rc.tmp"; mv "$0/rc.tmp" "$0/rc"'
+        cmd = ["/bin/sh", "-c", script, str(self.folder), *cli_cmd("reproduce", "profile=smoke")]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=train_env(self.outputs, WANDB_MODE="disabled"),
+                                     start_new_session=True)
+        (self.folder / "pid").write_text(str(self.proc.pid))
+        return True
 
     def wait(self, timeout: float) -> tuple[int, str, str]:
-        rc = self.proc.wait(timeout=timeout)
-        return rc, self.stdout_path.read_text(), self.stderr_path.read_text()
+        end = time.monotonic() + timeout
+        rc = self.folder / "rc"
+        while not rc.exists():
+            if self.proc is not None and self.proc.poll() is not None and not rc.exists():
+                raise AssertionError(f"the smoke reproduction ended (exit {self.proc.returncode}) without its status")
+            if time.monotonic() > end:
+                raise TimeoutError(f"the smoke reproduction did not end within {timeout:g}s ({self.folder})")
+            time.sleep(0.5)
+        read = lambda name: (self.folder / name).read_text() if (self.folder / name).exists() else ""  # noqa: E731
+        return int(rc.read_text()), read("stdout.txt"), read("stderr.txt")
 
-    def close(self) -> None:
-        if self.proc.poll() is None:  # the session ended before it did (interrupted, -x)
-            self.proc.kill()
+    def stop(self) -> None:
+        """Kill it if it is still running (the session ended before it did: interrupted, -x)."""
+        pid = self.folder / "pid"
+        if pid.exists() and not (self.folder / "rc").exists():
+            try:
+                os.killpg(int(pid.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
+        if self.proc is not None:
             self.proc.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+_OWNED = pytest.StashKey[Path]()
+
+
+def pytest_configure(config):
+    if not _is_worker(config):
+        folder = Path(tempfile.mkdtemp(prefix="attnrepro-smoke-"))
+        os.environ[SMOKE_DIR] = str(folder)  # before xdist starts its workers: they inherit it
+        config.stash[_OWNED] = folder
 
 
 _REPRODUCTION: list[_Reproduction] = []
 
 
-@pytest.hookimpl(trylast=True)  # after -m / -k deselection
+def _reproduction() -> _Reproduction:
+    if not _REPRODUCTION:
+        _REPRODUCTION.append(_Reproduction(Path(os.environ[SMOKE_DIR])))
+    return _REPRODUCTION[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(session, config, items):
+    """Groups for `--dist loadgroup` (make test): a test file's tests run in one worker (its module
+    fixtures are set up once), and every `slurm` test in one worker (they need the cluster's queue to
+    themselves)."""
+    for item in items:
+        slurm = item.get_closest_marker("slurm") is not None
+        item.add_marker(pytest.mark.xdist_group("slurm" if slurm else item.path.stem))
+
+
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)  # after -m / -k deselection
+def _smoke_tests_last(session, config, items):
     needing = [item for item in items if "smoke_run" in getattr(item, "fixturenames", ())]
     if not needing or config.option.collectonly:
         return
     ids = {id(item) for item in needing}
     items[:] = [item for item in items if id(item) not in ids] + needing  # stable within each part
-    _REPRODUCTION.append(_Reproduction())
+    _reproduction().start()
 
 
 def pytest_unconfigure(config):
-    while _REPRODUCTION:
-        _REPRODUCTION.pop().close()
+    if _is_worker(config):
+        return  # the controller stops the shared reproduction once every worker is done
+    if (folder := config.stash.get(_OWNED, None)) is not None:
+        _reproduction().stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -123,9 +190,8 @@ def smoke_run() -> SmokeRun:
     need a finished smoke run read it; tests that change outputs work on smoke_run.copy(...)."""
     from attnrepro.jobs.grid import expected_jobs, experiments
 
-    if not _REPRODUCTION:  # not started at collection (e.g. requested dynamically)
-        _REPRODUCTION.append(_Reproduction())
-    reproduction = _REPRODUCTION[0]
+    reproduction = _reproduction()
+    reproduction.start()  # not started at collection (e.g. requested dynamically)
     rc, stdout, stderr = reproduction.wait(timeout=1800)
     assert rc == 0, stdout[-3000:] + stderr[-3000:]
     jobs = {e: expected_jobs(e, "smoke", outputs=str(reproduction.outputs)) for e in experiments()}

@@ -33,9 +33,10 @@ def test_a_run_of_some_figures_is_compared_with_those_figures_claims_only(tmp_pa
     monkeypatch.setattr(claims_diff, "REFERENCE_DIR", tmp_path)
     now = pd.DataFrame([("f1/a", "f1", 1.0, True)], columns=["id", "figure", "measured", "holds"])
     diff, note = claims_diff.against_reference(now, "paper", ["f1"])
-    assert diff.empty and "0 of 1 claims differ" in note
-    diff, _ = claims_diff.against_reference(now, "paper")  # every figure drawn: f2's claim is missing
+    assert diff.empty and note.endswith(": 0 claims differ; 1 claims in this run, 1 in the reference")
+    diff, note = claims_diff.against_reference(now, "paper")  # every figure drawn: f2's claim is missing
     assert diff.set_index("id").loc["f2/b", "change"] == "removed"
+    assert note.endswith(": 1 claims differ (1 removed); 1 claims in this run, 2 in the reference")
 
 
 def test_refreshing_the_reference_for_some_figures_keeps_the_others(tmp_path, monkeypatch):

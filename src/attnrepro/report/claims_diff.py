@@ -82,5 +82,9 @@ def against_reference(claims: pd.DataFrame, profile: str | None,
     if figures is not None:
         reference = reference[reference["figure"].isin(figures)]
     diff = compare(claims, reference)
-    return diff, (f"against {' and '.join(_name(p) for p in paths)}: {len(diff)} of {len(claims)} claims differ"
-                  + (f" (the reference's claims of {len(figures)} figures)" if figures is not None else ""))
+    kinds = diff["change"].value_counts()
+    what = ", ".join(f"{kinds[k]} {k}" for k in ("verdict", "value", "added", "removed") if k in kinds)
+    return diff, (f"against {' and '.join(_name(p) for p in paths)}"
+                  + (f" (its claims of {len(figures)} figures)" if figures is not None else "")
+                  + f": {len(diff)} claims differ{f' ({what})' if what else ''}; "
+                  f"{len(claims)} claims in this run, {len(reference)} in the reference")
