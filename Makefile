@@ -10,8 +10,9 @@ TORCH_INDEX ?=
 PROFILE     ?= quick
 # The suite in TEST_WORKERS processes (pytest-xdist; 1: one process): a test file runs in one worker, the
 # tests marked slurm all in one (tests/conftest.py), and the workers share one background smoke reproduction.
+# PYTEST_ARGS: more pytest options (.ci/run: --durations).
 TEST_WORKERS ?= 2
-PYTEST      := $(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+PYTEST      := $(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 STAMP       := $(VENV)/.installed
 
 .PHONY: install test test-full reproduce-figures figures bench gpu-check lint clean sync-wandb

@@ -33,6 +33,26 @@ def test_keys_hash_only_what_a_curve_uses(tmp_path):
     assert base["bayes_mmse"] != more["bayes_mmse"]
 
 
+def test_all_records_reads_curves_computed_at_other_sizes(tmp_path):
+    """A curve computed at parameters the profile does not expect (as `attnrepro theory ...
+    "scaling_laws.d.paper=[200]"` makes) is no expected job: load leaves it out and load(all_records=True)
+    reads it, its values as recorded; one made under other settings (another key) stays out."""
+    curve = theory_runs.curve_named("scaling_law_state_evolution")
+    params = {"task.gamma": 1.0, "task.T": 2, "task.Delta": 0.5, "task.beta0": 1.0, "model.kappa": 1.0,
+              "model.beta": 1.0, "model.lam": 0.001, "task.d": 24, "task.alpha": [0.1, 0.2]}
+    rows = {"task.alpha": [0.1, 0.2], "test_error": [0.3, 0.2]}
+    settings = _settings(tmp_path)
+    for at, s in ((params, settings), ({**params, "task.d": 30}, _settings(tmp_path, "state_evolution.tol=1e-3"))):
+        theory_runs.theory_job("tied_scaling_laws", curve, at, s).execute(lambda: {"metrics": rows},
+                                                                          {"curve": curve.name})
+    expected, _ = theory_runs.load("tied_scaling_laws", settings)
+    assert expected.empty or "task.d" not in expected or not expected["task.d"].isin([24, 30]).any()
+    every, status = theory_runs.load("tied_scaling_laws", settings, all_records=True)
+    ours = every[every["curve"] == curve.name]
+    assert ours["task.d"].tolist() == [24, 24] and ours["test_error"].tolist() == rows["test_error"]
+    assert status["complete"] == 1  # the profile's own curves were not computed here
+
+
 def test_second_run_computes_nothing(smoke_run, tmp_path):
     """The session's smoke reproduction computed every theory curve (tests/test_e2e.py counts them);
     `attnrepro theory` on a copy of its outputs computes nothing and rewrites no record; the stored

@@ -4,7 +4,8 @@
 
 The profile decides which jobs are expected (missing ones are listed). Bad records (failed,
 stale, corrupt) are listed in status.json, never fatal. all_records=true uses every complete
-record, also those of runs made with your own overrides. Exit status 1 only when a figure's
+record, also those of runs made with your own overrides (and theory curves computed with your own
+settings' sizes, e.g. `attnrepro theory ... "scaling_laws.d.paper=[200]"`). Exit status 1 only when a figure's
 table itself could not be built.
 """
 

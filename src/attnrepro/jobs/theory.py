@@ -268,10 +268,35 @@ def _run_on_slurm(todo: dict[str, list[Job]], settings: DictConfig, launcher: di
     return counts
 
 
-def load(experiment: str, settings: DictConfig) -> tuple[pd.DataFrame, dict]:
+def load(experiment: str, settings: DictConfig, all_records: bool = False) -> tuple[pd.DataFrame, dict]:
     """(rows of the expected theory jobs' complete records, status {expected, complete, failed,
-    stale, missing, corrupt}). Rows: the curve's columns, its parameters, ``curve``, ``key``, ``source``."""
-    return load_jobs(jobs(experiment, settings))
+    stale, missing, corrupt}). Rows: the curve's columns, its parameters, ``curve``, ``key``, ``source``.
+    all_records: also the records of the experiment's curves at other parameters (recorded_jobs)."""
+    todo = jobs(experiment, settings)
+    if all_records:
+        keys = {job.key for job in todo}
+        todo += [job for job in recorded_jobs(experiment, settings) if job.key not in keys]
+    return load_jobs(todo)
+
+
+def recorded_jobs(experiment: str, settings: DictConfig) -> list[Job]:
+    """The jobs of the experiment's curves whose records lie in the outputs folder, at whatever parameters
+    they were computed (e.g. `attnrepro theory ... "scaling_laws.d.paper=[200]"`), each rebuilt from its
+    record's parameters under `settings`: a record made under other settings (its key is not the rebuilt
+    job's) or without readable parameters is not one of them."""
+    from attnrepro.jobs.records import CorruptRecord, read_record
+
+    out = []
+    for curve in curves_of(experiment):
+        for path in sorted((Path(settings.paths.outputs) / "theory" / curve.name).glob("*/record.json")):
+            try:
+                params = read_record(path)["config"]["params"]
+                job = theory_job(experiment, curve, dict(params), settings)
+            except (CorruptRecord, KeyError, TypeError, AttributeError):
+                continue
+            if job.key == path.parent.name:
+                out.append(job)
+    return out
 
 
 def load_jobs(todo: list[Job]) -> tuple[pd.DataFrame, dict]:

@@ -98,7 +98,8 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
               log=print, all_records: bool = False) -> dict:
     """Build and save the table of every selected figure; returns the status written.
     A bad record is listed in the status, a figure whose table fails gets an error entry.
-    all_records: use every complete record, not only those of the profile's grid."""
+    all_records: use every complete record, not only those of the profile's grid (theory curves too: at
+    every parameter point computed under the profile's theory settings)."""
     outputs = Path(outputs)
     selected = specs(names)
     data: dict[str, ExperimentData] = {}
@@ -108,7 +109,7 @@ def aggregate(outputs: str | Path, profile: str, names: Sequence[str] | None = N
         if exp in theory_experiments():
             try:
                 settings = settings or theory_settings(profile, [f"paths.outputs={outputs}"])
-                data[exp].theory, data[exp].status["theory"] = load_theory(exp, settings)
+                data[exp].theory, data[exp].status["theory"] = load_theory(exp, settings, all_records)
             except Exception as e:  # a broken theory conf must not hide the simulations
                 data[exp].status["theory_error"] = error_text(e)
                 log(f"{exp}: THEORY NOT LOADED: {type(e).__name__}: {e}")
