@@ -141,8 +141,10 @@ def test_concurrent_sweeps_do_not_collide(tmp_path):
         n_values = sum(len(v) for name, series in rec["curves"].items() if name != "step" for v in series)
         assert len(rows) == n_values
     assert not leftover_temp_files(tmp_path)
-    for proc in procs:  # each sweep accounted for both jobs, run or skipped
-        assert set(job_lines(output_of(proc))) == set(records)
+    for proc in procs:  # each sweep accounted for both jobs, run or skipped, and says it ended complete
+        out = output_of(proc)
+        assert set(job_lines(out)) == set(records)
+        assert "[xor_phase_dm] sweep complete: the 2 jobs to run have their records" in out
 
 
 # --- divergence: the job fails with its reason, the sweep goes on ------------------------------

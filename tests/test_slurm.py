@@ -140,6 +140,7 @@ def test_slurm_sweep_gives_the_basic_launchers_records(slurm_sweep):
     ones (`started`, timings.*_s), and the same curves.csv, byte for byte."""
     outputs, basic, stdout = slurm_sweep
     assert "0 done before, 4 to run" in stdout and "4 jobs in 1 tasks" in stdout
+    assert "sweep complete: the 4 jobs to run have their records" in stdout.strip().splitlines()[-1]
     (sub,) = slurm.submissions(outputs)
     assert len(sub.tasks) == 1 and len(sub.tasks[0]) == 4
     ids = task_ids(outputs)
@@ -162,7 +163,7 @@ def test_rerun_of_a_finished_slurm_sweep_submits_nothing(slurm_sweep):
     records, ids = valid_records(outputs, EXPERIMENT), task_ids(outputs)
     proc = run_cli(outputs, "train", "-m", *SWEEP, *SLURM, f"paths.outputs={outputs}", timeout=SWEEP_TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "4 done before, 0 to run" in proc.stdout
+    assert "4 done before, 0 to run" in proc.stdout and "sweep complete" not in proc.stdout
     assert task_ids(outputs) == ids
     assert valid_records(outputs, EXPERIMENT) == records
 

@@ -104,9 +104,10 @@ class GridSweeper(BasicSweeper):
             print(f"[{name}] {' '.join(job)}: done before, skipped ({key})", flush=True)
         print(f"[{name}] sweep of {len(jobs)} jobs, profile {self.config.profile.name}: "
               f"{len(done)} done before, {len(pending)} to run", flush=True)
+        start = time.monotonic()
         results = self.launch(pending)
-        failed = [job for (job, *_), status in zip(pending, _statuses(results), strict=True)
-                  if status in ("failed", "missing")]
+        statuses = _statuses(results)
+        failed = [job for (job, *_), status in zip(pending, statuses, strict=True) if status in ("failed", "missing")]
         if failed:
             line = (f"[{name}] {len(failed)} of {len(pending)} jobs failed or are missing (a failure's record says "
                     "why; a missing job runs on the next sweep): "
@@ -115,6 +116,9 @@ class GridSweeper(BasicSweeper):
                 FAILED.append(line)
                 line += " (accept_failed=true accepts them)"
             print(line, flush=True)
+        elif pending and "submitted" not in statuses:
+            print(f"[{name}] sweep complete: the {len(pending)} jobs to run have their records "
+                  f"({time.monotonic() - start:.0f} s)", flush=True)
         return results
 
     def _compose(self, jobs: List[List[str]], keep: bool) -> tuple[list, list, list]:
