@@ -8,11 +8,13 @@ CLI         := $(VENV)/bin/attnrepro
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PROFILE     ?= quick
-# The suite in TEST_WORKERS processes (pytest-xdist; 1: one process): a test file runs in one worker, the
-# tests marked slurm all in one (tests/conftest.py), and the workers share one background smoke reproduction.
+# The suite in TEST_WORKERS processes (pytest-xdist; 1: one process): a test file runs in one worker (its
+# module fixtures once; the tests marked slurm are all in tests/test_slurm.py), and the workers share one
+# background smoke reproduction (tests/conftest.py). (--dist loadgroup would not do: pytest-xdist 3.8 cannot
+# rename pytest 9's node ids, so its groups are ignored.)
 # PYTEST_ARGS: more pytest options (.ci/run: --durations).
 TEST_WORKERS ?= 2
-PYTEST      := $(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
+PYTEST      := $(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 STAMP       := $(VENV)/.installed
 
 .PHONY: install test test-full reproduce-figures figures bench gpu-check lint clean sync-wandb

@@ -52,10 +52,10 @@ def smoke_grid_cache(tmp_path_factory) -> Path:
 #
 # `attnrepro reproduce profile=smoke` is the slowest thing the suite does, and it is serial (one
 # sweep after the other). So once the tests are collected, if any of them needs it (the smoke_run
-# fixture), it starts in the background, and the tests that need it run last: the rest of the
-# suite runs meanwhile on the other core. smoke_run waits for it.
+# fixture), it starts in the background, and the tests that need it run last (their files last, for
+# xdist): the rest of the suite runs meanwhile on the other core. smoke_run waits for it.
 #
-# Under pytest-xdist (`make test` runs two workers) the workers share one reproduction: the
+# Under pytest-xdist (`make test` runs two workers, a file in each) the workers share one reproduction: the
 # controller makes its folder (SMOKE_DIR, inherited by the workers), the first worker that needs it
 # starts it there (an atomic mkdir decides which), every worker waits for the exit status it writes,
 # and the controller stops it and removes the folder at the end. Without xdist the one process is
@@ -155,14 +155,15 @@ def _reproduction() -> _Reproduction:
     return _REPRODUCTION[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+SLURM_FILE = "test_slurm.py"
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Groups for `--dist loadgroup` (make test): a test file's tests run in one worker (its module
-    fixtures are set up once), and every `slurm` test in one worker (they need the cluster's queue to
-    themselves)."""
-    for item in items:
-        slurm = item.get_closest_marker("slurm") is not None
-        item.add_marker(pytest.mark.xdist_group("slurm" if slurm else item.path.stem))
+    """`make test` runs each test file in one pytest-xdist worker (--dist loadfile); the tests marked
+    `slurm` need the cluster's queue to themselves, so they must all be in one file."""
+    elsewhere = [item.nodeid for item in items if item.get_closest_marker("slurm") and item.path.name != SLURM_FILE]
+    if elsewhere:
+        raise pytest.UsageError(f"tests marked slurm outside tests/{SLURM_FILE}: {', '.join(elsewhere)}")
 
 
 @pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)  # after -m / -k deselection
@@ -170,8 +171,11 @@ def _smoke_tests_last(session, config, items):
     needing = [item for item in items if "smoke_run" in getattr(item, "fixturenames", ())]
     if not needing or config.option.collectonly:
         return
-    ids = {id(item) for item in needing}
-    items[:] = [item for item in items if id(item) not in ids] + needing  # stable within each part
+    ids, files = {id(item) for item in needing}, {item.path for item in needing}
+    # their files last (xdist hands out whole files in this order), and within them the tests that wait
+    later = [item for item in items if item.path in files]
+    items[:] = ([item for item in items if item.path not in files] + [item for item in later if id(item) not in ids]
+                + needing)  # stable within each part
     _reproduction().start()
 
 

@@ -7,7 +7,6 @@ itself refuses (sbatch) or strands (PENDING for ever) each request check_request
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -241,6 +240,31 @@ def test_the_slurm_launcher_defaults_against_the_test_cluster(real):
     assert line.startswith("hydra.launcher.timeout_min=60 exceeds the MaxTime of partition debug (30 min")
 
 
+def test_a_short_sweep_is_spread_over_the_partitions_cpus(real, gpu):
+    """Packing (jobs.slurm.chunks): tasks toward task_seconds, but a sweep that would fill fewer tasks than the
+    partition runs at once is spread over them while each task keeps TASK_START_S of work; every index once."""
+    from attnrepro.jobs.slurm import TASK_START_S, chunks, slots
+
+    def sizes(*args, **kw):
+        groups = chunks(*args, **kw)
+        assert sorted(i for g in groups for i in g) == list(range(args[0]))
+        return [len(g) for g in groups]
+
+    assert sizes(36, 0.31, 1200, 30) == [36]                       # one slot: one task, as before
+    assert sizes(36, 0.31, 1200, 30, slots=2) == [18, 18]          # 11 s of work on 2 CPUs
+    assert sizes(36, 0.1, 1200, 30, slots=2) == [36]               # 3.6 s: below TASK_START_S, not spread
+    assert sizes(24, 7.2, 1200, 30, slots=64) == [1] * 24          # at most one task a job
+    assert sizes(100, 1.0, 1200, 30, slots=64) == [5] * 20         # each task keeps TASK_START_S = 5 s
+    assert TASK_START_S == 5.0
+    assert sizes(10, 600, 1200, 60, slots=2) == [2] * 5            # long jobs: the task length decides
+    assert len(chunks(5000, 10, 1200, 30, max_tasks=1001, slots=4096)) == 1001  # MaxArraySize still caps it
+    assert slots({"cpus_per_task": 1}, real) == 2 and slots({"cpus_per_task": 2}, real) == 1
+    assert slots({"cpus_per_task": 4}, real) == 1                  # a request no node fits: check_request says so
+    assert slots({"cpus_per_task": 2}, gpu) == 63                  # default partition cpu: (64 + 62) / 2
+    assert slots({"cpus_per_task": 8, "partition": "gpu"}, gpu) == 4 + 4 + 2
+    assert slots({"cpus_per_task": 1, "gpus_per_node": 1, "partition": "gpu"}, gpu) == 1  # GPUs: not spread
+
+
 def canned(outputs: dict):
     """A runner answering each command (by its first word) from `outputs`; an exception is raised."""
     calls = []
@@ -295,69 +319,6 @@ def test_a_missing_client_is_one_line(monkeypatch):
 
 
 # --- against the real cluster ----------------------------------------------------------------------
-
-
-def sbatch(*args: str, timeout: float = 15) -> subprocess.CompletedProcess:
-    return subprocess.run(["sbatch", *args, "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-@pytest.mark.slurm
-def test_real_limits_agree_with_sinfo():
-    limits = cluster_limits()
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %P %c %m"], capture_output=True, text=True, timeout=10,
-                         check=True).stdout
-    for node, part, cpus, mem in (ln.split() for ln in out.splitlines()):
-        p = limits[part.rstrip("*")]
-        assert p.default == part.endswith("*")
-        i = p.nodes.index(node)
-        assert p.cpus_per_node[i] <= int(cpus) and p.mem_per_node_mb[i] <= int(mem)
-
-
-def impossible(p: PartitionLimits) -> dict:
-    """Per kind, a request that the default partition p cannot run, and the sbatch options that ask it."""
-    cases = {
-        "cpus": (dict(cpus_per_task=p.max_cpus_per_node + 1), ["-c", str(p.max_cpus_per_node + 1)]),
-        "memory": (dict(mem_gb=p.max_mem_per_node_mb // 1024 + 1), [f"--mem={p.max_mem_per_node_mb // 1024 + 1}G"]),
-        "array": (dict(array_size=p.max_array_size + 1), [f"--array=0-{p.max_array_size}"]),
-    }
-    if p.max_time_min is not None:
-        cases["timeout"] = (dict(timeout_min=p.max_time_min + 1), [f"--time={p.max_time_min + 1}"])
-    if not any(parse_gres(g) for g in p.gres_per_node):
-        cases["gres"] = (dict(gres="gpu:1"), ["--gres=gpu:1"])
-    return cases
-
-
-@pytest.mark.slurm
-@pytest.mark.parametrize("kind", ["cpus", "memory", "timeout", "gres", "array"])
-def test_each_impossible_request_on_the_real_cluster(kind):
-    """check_request gives one line, and the scheduler agrees: sbatch refuses it, or (over MaxTime, with
-    EnforcePartLimits=NO) accepts it and leaves it PENDING with a reason queue_state calls hopeless."""
-    limits = cluster_limits()
-    (p,) = [p for p in limits.values() if p.default]
-    cases = impossible(p)
-    if kind not in cases:
-        pytest.skip(f"partition {p.name} has {'no MaxTime' if kind == 'timeout' else 'GPUs'}: nothing to exceed")
-    change, options = cases[kind]
-    base = dict(cpus_per_task=1, mem_gb=1, timeout_min=min(10, p.max_time_min or 10))
-    assert check_request(Request(**base), limits) == [] and sbatch("--test-only", "-c", "1", "--mem=1G").returncode == 0
-    lines = check_request(Request(**{**base, **change}), limits)
-    assert len(lines) == 1, lines
-    if kind != "timeout":
-        proc = sbatch("--test-only", *options)
-        assert proc.returncode != 0, f"sbatch accepted {options}: {proc.stdout}{proc.stderr}"
-        return
-    proc = sbatch("--parsable", "-c", "1", "--mem=1G", *options)
-    assert proc.returncode == 0, proc.stderr
-    job = proc.stdout.strip().split(";")[0]
-    try:
-        end = time.monotonic() + 20
-        while not (state := queue_state([job])[job]).hopeless and time.monotonic() < end:
-            time.sleep(0.5)
-        # at submission the reason is PartitionConfig, the scheduler's next pass makes it PartitionTimeLimit
-        assert state.state == "PENDING" and state.reason in ("PartitionConfig", "PartitionTimeLimit"), state
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=10)
 
 
 def test_an_id_reused_by_another_job_is_not_the_ledgers_task(tmp_path):

@@ -1,6 +1,7 @@
 """The SLURM launch path (packed job arrays, jobs.slurm) against a real scheduler: the one-node cluster of
 scripts/slurm_cluster.sh (.ci/run brings it up around `make test`). Every test here skips, saying why,
-when no cluster answers.
+when no cluster answers. Every test that needs the cluster is in this file: `make test` runs a file in one
+pytest-xdist worker, and these tests need the cluster's queue to themselves.
 
 The compute node is this machine, so the array tasks see this checkout, its .venv and the temp outputs
 folder as the sweep does (on a real cluster: a shared file system)."""
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnrepro.jobs import slurm
-from attnrepro.jobs.cluster import Request, check_request, cluster_limits, queue_state
+from attnrepro.jobs.cluster import PartitionLimits, Request, check_request, cluster_limits, parse_gres, queue_state
 from sweep_tools import cli_cmd, run_cli, train_env, valid_records, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -135,20 +136,21 @@ def slurm_sweep(slurm_cluster, tmp_path_factory):
 
 
 def test_slurm_sweep_gives_the_basic_launchers_records(slurm_sweep):
-    """One array whose one task runs the 4 jobs (packed: one import of torch and Lightning), COMPLETED in
-    SLURM's accounting; the same 4 records as the basic launcher, equal in every field but the wall-clock
-    ones (`started`, timings.*_s), and the same curves.csv, byte for byte."""
+    """One array of two tasks of two jobs (packed: one import of torch and Lightning per task; two tasks, as
+    the node runs two at once), COMPLETED in SLURM's accounting; the same 4 records as the basic launcher,
+    equal in every field but the wall-clock ones (`started`, timings.*_s), and the same curves.csv, byte
+    for byte."""
     outputs, basic, stdout = slurm_sweep
-    assert "0 done before, 4 to run" in stdout and "4 jobs in 1 tasks" in stdout
+    assert "0 done before, 4 to run" in stdout and "4 jobs in 2 tasks" in stdout
     assert "sweep complete: the 4 jobs to run have their records" in stdout.strip().splitlines()[-1]
     (sub,) = slurm.submissions(outputs)
-    assert len(sub.tasks) == 1 and len(sub.tasks[0]) == 4
+    assert [len(t) for t in sub.tasks] == [2, 2]
     ids = task_ids(outputs)
     states = wait_finished(ids)
     assert {i: states[i].state for i in ids} == {i: "COMPLETED" for i in ids}, states
 
     slurm_records, basic_records = valid_records(outputs, EXPERIMENT), valid_records(basic, EXPERIMENT)
-    assert len(slurm_records) == 4 and set(slurm_records) == set(basic_records) == set(sub.tasks[0])
+    assert len(slurm_records) == 4 and set(slurm_records) == set(basic_records) == {k for t in sub.tasks for k in t}
     for key, rec in slurm_records.items():
         assert rec["status"] == "complete", rec.get("reason")
         assert without_times(rec) == without_times(basic_records[key]), key
@@ -200,7 +202,7 @@ def test_a_rerun_attaches_and_a_cancelled_task_leaves_only_its_jobs_missing(slur
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
         assert "2 done before, 2 to run" in again.stdout
         subs = slurm.submissions(outputs)
-        assert len(subs) == 2 and [sorted(t) for t in subs[1].tasks] == [sorted(lost)]
+        assert len(subs) == 2 and sorted(k for t in subs[1].tasks for k in t) == sorted(lost)
         assert len(valid_records(outputs, EXPERIMENT)) == 4
     finally:
         for proc in (first, second):
@@ -259,3 +261,67 @@ def test_a_task_that_can_never_start_ends_the_wait_with_its_reason(slurm_cluster
         assert all(s.state == "CANCELLED" for s in states.values()), states
     finally:
         cancel_all(tmp_path)
+
+
+# --- the cluster's limits as attnrepro.jobs.cluster reads them, against the scheduler ---------------
+
+
+def sbatch(*args: str, timeout: float = 15) -> subprocess.CompletedProcess:
+    return subprocess.run(["sbatch", *args, "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_real_limits_agree_with_sinfo():
+    limits = cluster_limits()
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %P %c %m"], capture_output=True, text=True, timeout=10,
+                         check=True).stdout
+    for node, part, cpus, mem in (ln.split() for ln in out.splitlines()):
+        p = limits[part.rstrip("*")]
+        assert p.default == part.endswith("*")
+        i = p.nodes.index(node)
+        assert p.cpus_per_node[i] <= int(cpus) and p.mem_per_node_mb[i] <= int(mem)
+
+
+def impossible(p: PartitionLimits) -> dict:
+    """Per kind, a request that the default partition p cannot run, and the sbatch options that ask it."""
+    cases = {
+        "cpus": (dict(cpus_per_task=p.max_cpus_per_node + 1), ["-c", str(p.max_cpus_per_node + 1)]),
+        "memory": (dict(mem_gb=p.max_mem_per_node_mb // 1024 + 1), [f"--mem={p.max_mem_per_node_mb // 1024 + 1}G"]),
+        "array": (dict(array_size=p.max_array_size + 1), [f"--array=0-{p.max_array_size}"]),
+    }
+    if p.max_time_min is not None:
+        cases["timeout"] = (dict(timeout_min=p.max_time_min + 1), [f"--time={p.max_time_min + 1}"])
+    if not any(parse_gres(g) for g in p.gres_per_node):
+        cases["gres"] = (dict(gres="gpu:1"), ["--gres=gpu:1"])
+    return cases
+
+
+@pytest.mark.parametrize("kind", ["cpus", "memory", "timeout", "gres", "array"])
+def test_each_impossible_request_on_the_real_cluster(kind):
+    """check_request gives one line, and the scheduler agrees: sbatch refuses it, or (over MaxTime, with
+    EnforcePartLimits=NO) accepts it and leaves it PENDING with a reason queue_state calls hopeless."""
+    limits = cluster_limits()
+    (p,) = [p for p in limits.values() if p.default]
+    cases = impossible(p)
+    if kind not in cases:
+        pytest.skip(f"partition {p.name} has {'no MaxTime' if kind == 'timeout' else 'GPUs'}: nothing to exceed")
+    change, options = cases[kind]
+    base = dict(cpus_per_task=1, mem_gb=1, timeout_min=min(10, p.max_time_min or 10))
+    assert check_request(Request(**base), limits) == [] and sbatch("--test-only", "-c", "1", "--mem=1G").returncode == 0
+    lines = check_request(Request(**{**base, **change}), limits)
+    assert len(lines) == 1, lines
+    if kind != "timeout":
+        proc = sbatch("--test-only", *options)
+        assert proc.returncode != 0, f"sbatch accepted {options}: {proc.stdout}{proc.stderr}"
+        return
+    proc = sbatch("--parsable", "-c", "1", "--mem=1G", *options)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    try:
+        end = time.monotonic() + 20
+        while not (state := queue_state([job])[job]).hopeless and time.monotonic() < end:
+            time.sleep(0.5)
+        # at submission the reason is PartitionConfig, the scheduler's next pass makes it PartitionTimeLimit
+        assert state.state == "PENDING" and state.reason in ("PartitionConfig", "PartitionTimeLimit"), state
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=10)

@@ -129,14 +129,34 @@ def in_flight(outputs: str | Path, keys: Sequence[str], run=cluster.run_command)
     return out
 
 
+# The least work (seconds) a task is given when a short sweep is spread over the partition's CPUs: a task's
+# start (Python, torch, Lightning) costs 5-10 s of a core here.
+TASK_START_S = 5.0
+
+
 def chunks(n: int, job_seconds: float, task_seconds: float, timeout_min: float | None,
-           max_tasks: int | None = None) -> list[list[int]]:
+           max_tasks: int | None = None, slots: int = 1) -> list[list[int]]:
     """Indices 0..n-1 in tasks of about task_seconds (at most half the time limit), interleaved; at most
-    max_tasks tasks (the cluster's MaxArraySize: then longer tasks)."""
+    max_tasks tasks (the cluster's MaxArraySize: then longer tasks). A sweep that would fill fewer tasks
+    than the partition runs at once (`slots`) is spread over up to that many, as long as each still gets
+    TASK_START_S of work: its tasks run side by side instead of one after the other in one task."""
     budget = task_seconds if not timeout_min else min(task_seconds, 30.0 * timeout_min)
     per_task = max(1, int(budget // max(job_seconds, 1e-3)))
-    tasks = max(1, min(math.ceil(n / per_task), max_tasks or n))
+    spread = min(n, slots, int(n * job_seconds // TASK_START_S))
+    tasks = max(1, min(max(math.ceil(n / per_task), spread), max_tasks or n))
     return [list(range(i, n, tasks)) for i in range(tasks)]
+
+
+def slots(launcher: dict, limits: dict[str, cluster.PartitionLimits]) -> int:
+    """How many tasks of this request the partition runs at once: its nodes' CPUs over cpus_per_task (1
+    for a request of GPUs, or a partition the limits do not list)."""
+    names = [n.strip() for n in str(launcher.get("partition") or "").split(",") if n.strip()]
+    part = next((limits[n] for n in names if n in limits), None) if names else \
+        next((p for p in limits.values() if p.default), None)
+    if part is None or launcher.get("gpus_per_node") or launcher.get("gres"):
+        return 1
+    per_task = max(1, int(launcher.get("cpus_per_task") or 1))
+    return max(1, sum(min(c, part.max_cpus_per_node) // per_task for c in part.cpus_per_node))
 
 
 def executor(launcher: dict, folder: Path):
@@ -169,7 +189,7 @@ def submit(kind: str, experiment: str, units: Sequence[Unit], launcher: dict, ou
 
     limits = cluster.cluster_limits()
     groups = chunks(len(units), job_seconds, 60.0 * task_minutes, launcher.get("timeout_min"),
-                    min((p.max_array_size for p in limits.values()), default=None))
+                    min((p.max_array_size for p in limits.values()), default=None), slots(launcher, limits))
     problems = cluster.check_request(cluster.Request.from_launcher(launcher, len(groups)), limits)
     if problems:
         raise ConfigError(f"[{experiment}] the cluster cannot run this request; nothing was submitted:\n  "
@@ -183,7 +203,8 @@ def submit(kind: str, experiment: str, units: Sequence[Unit], launcher: dict, ou
                      str(folder), time.time(), [j.job_id for j in jobs])
     _record(outputs, sub)
     log(f"[{experiment}] submitted array {sub.array}: {len(units)} jobs in {len(groups)} tasks of up to "
-        f"{max(map(len, groups))} (about {job_seconds:.0f} s a job, tasks of about {task_minutes:g} min); "
+        f"{max(map(len, groups))} (about {job_seconds:.3g} s a job, so {max(map(len, groups)) * job_seconds / 60:.3g} "
+        f"min a task; target {task_minutes:g} min); "
         f"logs in {folder}")
     return sub
 

@@ -281,9 +281,9 @@ def load(experiment: str, settings: DictConfig, all_records: bool = False) -> tu
 
 def recorded_jobs(experiment: str, settings: DictConfig) -> list[Job]:
     """The jobs of the experiment's curves whose records lie in the outputs folder, at whatever parameters
-    they were computed (e.g. `attnrepro theory ... "scaling_laws.d.paper=[200]"`), each rebuilt from its
-    record's parameters under `settings`: a record made under other settings (its key is not the rebuilt
-    job's) or without readable parameters is not one of them."""
+    they were computed (e.g. at sizes of the user's own, set on `attnrepro theory`'s command line), each
+    rebuilt from its record's parameters under `settings`: a record made under other settings (its key is
+    not the rebuilt job's) or without readable parameters is not one of them."""
     from attnrepro.jobs.records import CorruptRecord, read_record
 
     out = []
