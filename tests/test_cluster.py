@@ -2,8 +2,8 @@
 
 The parsing tests run anywhere, on outputs captured from the real one-node cluster of
 scripts/slurm_cluster.sh (SLURM 22.05.8, Debian 12) and on a hand-written two-partition GPU cluster in
-the same format. The tests marked `slurm` run against that real cluster and check that the scheduler
-itself refuses (sbatch) or strands (PENDING for ever) each request check_request reports."""
+the same format. None needs a cluster: the checks against the real scheduler (sbatch refuses, or strands
+PENDING for ever, each request check_request reports) are in tests/test_slurm.py with every `slurm` test."""
 
 from __future__ import annotations
 
@@ -254,12 +254,15 @@ def test_a_short_sweep_is_spread_over_the_partitions_cpus(real, gpu):
     assert sizes(36, 0.31, 1200, 30, slots=2) == [18, 18]          # 11 s of work on 2 CPUs
     assert sizes(36, 0.1, 1200, 30, slots=2) == [36]               # 3.6 s: below TASK_START_S, not spread
     assert sizes(24, 7.2, 1200, 30, slots=64) == [1] * 24          # at most one task a job
-    assert sizes(100, 1.0, 1200, 30, slots=64) == [5] * 20         # each task keeps TASK_START_S = 5 s
-    assert TASK_START_S == 5.0
+    per = int(TASK_START_S)                                        # each task keeps TASK_START_S of work
+    assert sizes(100, 1.0, 1200, 30, slots=64) == [per] * (100 // per)
     assert sizes(10, 600, 1200, 60, slots=2) == [2] * 5            # long jobs: the task length decides
     assert len(chunks(5000, 10, 1200, 30, max_tasks=1001, slots=4096)) == 1001  # MaxArraySize still caps it
     assert slots({"cpus_per_task": 1}, real) == 2 and slots({"cpus_per_task": 2}, real) == 1
     assert slots({"cpus_per_task": 4}, real) == 1                  # a request no node fits: check_request says so
+    assert slots({"cpus_per_task": 1, "mem_gb": 16}, real) == 1    # 23081 MB hold one 16 GB task
+    assert slots({"cpus_per_task": 1, "array_parallelism": 1}, real) == 1
+    assert slots({"cpus_per_task": 1, "mem_gb": 1, "array_parallelism": 256}, gpu) == 126
     assert slots({"cpus_per_task": 2}, gpu) == 63                  # default partition cpu: (64 + 62) / 2
     assert slots({"cpus_per_task": 8, "partition": "gpu"}, gpu) == 4 + 4 + 2
     assert slots({"cpus_per_task": 1, "gpus_per_node": 1, "partition": "gpu"}, gpu) == 1  # GPUs: not spread
@@ -318,7 +321,7 @@ def test_a_missing_client_is_one_line(monkeypatch):
         cluster_limits()
 
 
-# --- against the real cluster ----------------------------------------------------------------------
+# --- the ledger and the wait, on canned scheduler answers ---------------------------------------
 
 
 def test_an_id_reused_by_another_job_is_not_the_ledgers_task(tmp_path):

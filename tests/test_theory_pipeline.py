@@ -50,7 +50,13 @@ def test_all_records_reads_curves_computed_at_other_sizes(tmp_path):
     every, status = theory_runs.load("tied_scaling_laws", settings, all_records=True)
     ours = every[every["curve"] == curve.name]
     assert ours["task.d"].tolist() == [24, 24] and ours["test_error"].tolist() == rows["test_error"]
-    assert status["complete"] == 1  # the profile's own curves were not computed here
+    assert status["complete"] == 1 and status["other"] == 1  # the profile's own curves were not computed here
+    assert status["expected"] == len(theory_runs.jobs("tied_scaling_laws", settings))
+    # a record of the same curve computed for another experiment is not this one's
+    theory_runs.theory_job("tied_spectra", curve, {**params, "task.d": 36}, settings).execute(
+        lambda: {"metrics": rows}, {"curve": curve.name})
+    every, _ = theory_runs.load("tied_scaling_laws", settings, all_records=True)
+    assert 36 not in every["task.d"].tolist()
 
 
 def test_second_run_computes_nothing(smoke_run, tmp_path):

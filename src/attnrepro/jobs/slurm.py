@@ -6,7 +6,8 @@ every task runs a chunk of the sweep's jobs in one process (torch and Lightning 
 curves the same way. Chunks: ``per_task = floor(task_minutes * 60 / job_seconds)`` jobs, interleaved
 over the grid's order (which mostly runs from small to large), with job_seconds the measured seconds per
 job of the sweep (reference/sweep_seconds.csv) or an estimate the user gives; a chunk's estimate is
-kept below half the task's time limit.
+kept below half the task's time limit. A sweep that would fill fewer tasks than the partition runs at once
+(``slots``) is spread over up to that many, about TASK_START_S of work or more each.
 
 Before submitting, the request (CPUs, memory, GPUs and gres, time limit, array size) is checked against
 the cluster (jobs.cluster.check_request): a request no node can meet is one line naming the option to
@@ -138,8 +139,8 @@ def chunks(n: int, job_seconds: float, task_seconds: float, timeout_min: float |
            max_tasks: int | None = None, slots: int = 1) -> list[list[int]]:
     """Indices 0..n-1 in tasks of about task_seconds (at most half the time limit), interleaved; at most
     max_tasks tasks (the cluster's MaxArraySize: then longer tasks). A sweep that would fill fewer tasks
-    than the partition runs at once (`slots`) is spread over up to that many, as long as each still gets
-    TASK_START_S of work: its tasks run side by side instead of one after the other in one task."""
+    than the partition runs at once (`slots`) is spread over up to that many, as long as they still get
+    TASK_START_S of work each on average: its tasks run side by side instead of one after the other."""
     budget = task_seconds if not timeout_min else min(task_seconds, 30.0 * timeout_min)
     per_task = max(1, int(budget // max(job_seconds, 1e-3)))
     spread = min(n, slots, int(n * job_seconds // TASK_START_S))
@@ -148,15 +149,18 @@ def chunks(n: int, job_seconds: float, task_seconds: float, timeout_min: float |
 
 
 def slots(launcher: dict, limits: dict[str, cluster.PartitionLimits]) -> int:
-    """How many tasks of this request the partition runs at once: its nodes' CPUs over cpus_per_task (1
-    for a request of GPUs, or a partition the limits do not list)."""
+    """How many tasks of this request the partition runs at once: per node, its CPUs over cpus_per_task and
+    its memory over the task's, summed, and at most array_parallelism (1 for a request of GPUs, or a
+    partition the limits do not list)."""
     names = [n.strip() for n in str(launcher.get("partition") or "").split(",") if n.strip()]
     part = next((limits[n] for n in names if n in limits), None) if names else \
         next((p for p in limits.values() if p.default), None)
     if part is None or launcher.get("gpus_per_node") or launcher.get("gres"):
         return 1
-    per_task = max(1, int(launcher.get("cpus_per_task") or 1))
-    return max(1, sum(min(c, part.max_cpus_per_node) // per_task for c in part.cpus_per_node))
+    request = cluster.Request.from_launcher(launcher)
+    per_task, mem = max(1, request.cpus_per_task), request.mem_mb()
+    fits = [min(c // per_task, int(m // mem) if mem else c) for c, m in zip(part.cpus_per_node, part.mem_per_node_mb)]
+    return max(1, min(sum(fits), int(launcher.get("array_parallelism") or sum(fits))))
 
 
 def executor(launcher: dict, folder: Path):

@@ -273,25 +273,30 @@ def load(experiment: str, settings: DictConfig, all_records: bool = False) -> tu
     stale, missing, corrupt}). Rows: the curve's columns, its parameters, ``curve``, ``key``, ``source``.
     all_records: also the records of the experiment's curves at other parameters (recorded_jobs)."""
     todo = jobs(experiment, settings)
-    if all_records:
-        keys = {job.key for job in todo}
-        todo += [job for job in recorded_jobs(experiment, settings) if job.key not in keys]
-    return load_jobs(todo)
+    if not all_records:
+        return load_jobs(todo)
+    keys = {job.key for job in todo}
+    extra = [job for job in recorded_jobs(experiment, settings) if job.key not in keys]
+    rows, status = load_jobs(todo + extra)
+    return rows, {**status, "expected": len(todo), "other": len(extra)}
 
 
 def recorded_jobs(experiment: str, settings: DictConfig) -> list[Job]:
-    """The jobs of the experiment's curves whose records lie in the outputs folder, at whatever parameters
-    they were computed (e.g. at sizes of the user's own, set on `attnrepro theory`'s command line), each
-    rebuilt from its record's parameters under `settings`: a record made under other settings (its key is
-    not the rebuilt job's) or without readable parameters is not one of them."""
+    """The jobs of the experiment's curves whose records lie in the outputs folder and were computed for it
+    (the record's experiment; a curve several experiments share is not read into the others), at whatever
+    parameters (e.g. at sizes of the user's own, set on `attnrepro theory`'s command line), each rebuilt
+    from its record's parameters under `settings`: a record made under other settings (its key is not the
+    rebuilt job's) or without readable parameters is not one of them."""
     from attnrepro.jobs.records import CorruptRecord, read_record
 
     out = []
     for curve in curves_of(experiment):
         for path in sorted((Path(settings.paths.outputs) / "theory" / curve.name).glob("*/record.json")):
             try:
-                params = read_record(path)["config"]["params"]
-                job = theory_job(experiment, curve, dict(params), settings)
+                record = read_record(path)
+                if record.get("experiment") != experiment:
+                    continue
+                job = theory_job(experiment, curve, dict(record["config"]["params"]), settings)
             except (CorruptRecord, KeyError, TypeError, AttributeError):
                 continue
             if job.key == path.parent.name:
