@@ -114,6 +114,8 @@ def status_line(status: dict) -> str:
                  f"(status.json: experiments.{status['experiment']}.mixed)")
     th = status.get("theory")
     if th:
-        line += (f"; theory {th['complete']}/{th['expected']} curves, {len(th['failed'])} failed, "
+        line += (f"; theory {th['complete']}/{th['expected'] + th.get('other', 0)} curves, {len(th['failed'])} failed, "
                  f"{len(th.get('stale', []))} stale, {len(th['missing'])} missing")
+        if th.get("other"):
+            line += f" (all_records: {th['other']} computed at other points)"
     return line
