@@ -4,9 +4,9 @@
 
 The profile decides which jobs are expected (missing ones are listed). Bad records (failed,
 stale, corrupt) are listed in status.json, never fatal. all_records=true uses every complete
-record, also those of runs made with your own overrides (and theory curves computed with your own
-settings' sizes, e.g. `attnrepro theory ... "scaling_laws.d.paper=[200]"`). Exit status 1 only when a figure's
-table itself could not be built.
+record, also those of runs made with your own overrides, and the experiment's theory curves computed at
+points of your own (`attnrepro theory` with sizes set on its command line). Exit status 1 only when a
+figure's table itself could not be built.
 """
 
 from __future__ import annotations
