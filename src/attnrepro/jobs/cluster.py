@@ -315,20 +315,23 @@ def _one_node_fits(req: Request, p: PartitionLimits, cpus: int, mem: Optional[fl
     return False
 
 
+def partition_names(request: Request, by_name: Mapping[str, PartitionLimits]) -> list[str]:
+    """The partitions a request asks for: its list ("a,b"), or the cluster's default one ([] when none)."""
+    if request.partition is None:
+        return [p.name for p in by_name.values() if p.default][:1]
+    return [n.strip() for n in str(request.partition).split(",") if n.strip()]
+
+
 def check_request(request: Request, limits: Union[Mapping[str, PartitionLimits], Iterable[PartitionLimits]]
                   ) -> list[str]:
     """Each thing `request` asks that the cluster cannot give, one line each naming the Hydra option to
     change; [] when every array task fits a node of its partition. With a list of partitions ("a,b"),
     the request fits when it fits one of them; otherwise every partition's lines are given."""
     by_name = dict(limits) if isinstance(limits, Mapping) else {p.name: p for p in limits}
-    if request.partition is None:
-        default = [p for p in by_name.values() if p.default]
-        if not default:
-            return [f"hydra.launcher.partition=null but the cluster has no default partition: set it to one of "
-                    f"{', '.join(sorted(by_name)) or '(none: the cluster has no partitions)'}"]
-        names = [default[0].name]
-    else:
-        names = [n.strip() for n in str(request.partition).split(",") if n.strip()]
+    names = partition_names(request, by_name)
+    if request.partition is None and not names:
+        return [f"hydra.launcher.partition=null but the cluster has no default partition: set it to one of "
+                f"{', '.join(sorted(by_name)) or '(none: the cluster has no partitions)'}"]
     unknown = [n for n in names if n not in by_name]
     if unknown:
         return [f"hydra.launcher.partition={request.partition}: no partition {', '.join(unknown)} on this cluster "

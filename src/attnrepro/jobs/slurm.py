@@ -152,12 +152,10 @@ def slots(launcher: dict, limits: dict[str, cluster.PartitionLimits]) -> int:
     """How many tasks of this request the partition runs at once: per node, its CPUs over cpus_per_task and
     its memory over the task's, summed, and at most array_parallelism (1 for a request of GPUs, or a
     partition the limits do not list)."""
-    names = [n.strip() for n in str(launcher.get("partition") or "").split(",") if n.strip()]
-    part = next((limits[n] for n in names if n in limits), None) if names else \
-        next((p for p in limits.values() if p.default), None)
-    if part is None or launcher.get("gpus_per_node") or launcher.get("gres"):
-        return 1
     request = cluster.Request.from_launcher(launcher)
+    part = next((limits[n] for n in cluster.partition_names(request, limits) if n in limits), None)
+    if part is None or request.gpus_per_node or request.gres:
+        return 1
     per_task, mem = max(1, request.cpus_per_task), request.mem_mb()
     fits = [min(c // per_task, int(m // mem) if mem else c) for c, m in zip(part.cpus_per_node, part.mem_per_node_mb)]
     return max(1, min(sum(fits), int(launcher.get("array_parallelism") or sum(fits))))
