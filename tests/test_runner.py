@@ -301,3 +301,21 @@ def test_the_shared_train_schema_holds_no_paper_field():
     b = compose(["profile=smoke", "experiment=tied_spectra"])
     a = compose(["profile=smoke", "experiment=xor_one_step_attention"])
     assert "save_attention" not in b.train and a.train.save_attention is True
+
+
+def test_a_trained_module_moves_with_its_state(job_config):
+    """Lightning moves the module to the CPU when fit ends (its strategy's teardown), and convergence()
+    then reads the module's L_0 beside the problem's tensors: L_0 must be module state that moves with
+    it, and no tensor may stay behind as a plain attribute. (L_0 was one: on the first GPU run,
+    2026-12-04, it stayed on cuda:0 and every paper-B job failed with 'Expected all tensors to be on
+    the same device'.) Checked here by moving the trained module to the meta device. The record names the
+    device training ran on, not the CPU it ended on."""
+    _, cfg = job_config(*STOPPING_CASES["L-BFGS to tol_grad"], "train.steps=3", "n_seeds=2")
+    problem, module, _, timings = train(cfg, cfg.trainer)
+    assert timings["device"] == "cpu" and module.initial_objective is not None
+    module.to("meta")
+    assert module.initial_objective.device.type == "meta"
+    assert {t.device.type for t in [*module.parameters(), *module.buffers()]} == {"meta"}
+    left = [name for name, v in vars(module).items()
+            if isinstance(v, torch.Tensor) or (isinstance(v, list) and any(isinstance(x, torch.Tensor) for x in v))]
+    assert left == [], f"tensors kept as plain attributes, not moved with the module: {left}"

@@ -56,8 +56,7 @@ def train(cfg, trainer_cfg):
         steps = first.global_step + module.global_step
         derived = {**derived, "coarse_stop": first.stop, "coarse_stop_step": ended}
     t2 = time.perf_counter()
-    timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": steps,
-               "device": str(next(problem.parameters()).device)}
+    timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": steps, "device": module.trained_on}
     if tc.coarse_dtype is not None:
         timings["coarse_steps"] = first.global_step
     if module.checks:
@@ -80,6 +79,8 @@ def fit_replicas(problem, tc, lr: float, tol: float, tol_grad: float, trainer_cf
         enable_model_summary=False, num_sanity_val_steps=0,
     )
     trainer.fit(module, datamodule=TickDataModule())
+    # Lightning moves the module (the problem and its L_0) to the CPU when fit ends: the evaluation and
+    # convergence() run there
     stopped = module.stop is not None and all(r is not None for r in module.stop)
     if module.global_step < tc.steps and not stopped:
         raise RuntimeError(f"training stopped after {module.global_step} of {tc.steps} steps")

@@ -83,7 +83,9 @@ class ReplicaModule(pl.LightningModule):
         self.stop_step: list[float] | None = None   # per replica: the step it stopped at (nan: never)
         self._last_objective: torch.Tensor | None = None
         self._held: list[torch.Tensor] | None = None  # SGD/Adam: the frozen replicas' parameters
-        self.initial_objective = initial_objective
+        # a buffer, so that it moves with the module: Lightning moves the module to the CPU when fit ends
+        self.register_buffer("initial_objective", initial_objective, persistent=False)
+        self.trained_on: str | None = None  # the device training ran on
 
     @property
     def checks(self) -> bool:
@@ -108,7 +110,11 @@ class ReplicaModule(pl.LightningModule):
             raise Divergence(f"non-finite {', '.join(bad)} after step {step}")
 
     def on_train_start(self) -> None:
+        self.trained_on = str(self.device)
         self._log_curves(0)
+
+    def on_train_end(self) -> None:
+        self._last_objective = self._held = None  # training state only: it would stay on the device
 
     def _objective(self, step: int) -> torch.Tensor:
         """Gradients of the summed objective; the (R,) objective, checked finite."""
