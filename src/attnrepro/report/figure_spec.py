@@ -83,13 +83,16 @@ class Rendered:
 
 
 def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
-    """estimates, plot and claims of a spec on its table; an empty or absent table gives a
-    placeholder figure and the claims' 'not enough data' rows. A failing step is reported, not
-    raised (failing estimates leave a placeholder and no claims); so are missing, foreign or
-    duplicate claim ids."""
+    """estimates, plot and claims of a spec on its table; an empty or absent table, or one with theory
+    rows and no simulation row (every job of its sweeps failed or not run), gives a placeholder figure
+    and the claims' 'not enough data' rows. A failing step is reported, not raised (failing estimates
+    leave a placeholder and no claims); so are missing, foreign or duplicate claim ids."""
     from attnrepro.report.plotting import placeholder
+    from attnrepro.report.series import SIMULATION, SOURCE
 
-    out = Rendered(spec, None)
+    out, empty = Rendered(spec, None), "no data: run the sweep"
+    if table is not None and SOURCE in table and not table.empty and not (table[SOURCE] == SIMULATION).any():
+        table, empty = None, "no simulation record (theory only): run the sweep"
     if table is None:
         try:
             table = spec.table({})  # the empty table, with the spec's columns
@@ -103,7 +106,7 @@ def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
         return out
     try:
         out.figure = (spec.plot(table, out.estimates) if not table.empty
-                      else placeholder(spec.name, "no data: run the sweep"))
+                      else placeholder(spec.name, empty))
     except Exception as e:
         out.errors.append(f"plot: {error_text(e)}")
         out.figure = placeholder(spec.name, f"plot failed: {type(e).__name__}")
