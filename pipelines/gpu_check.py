@@ -1,7 +1,7 @@
 """`make gpu-check`: one prepared, time-boxed slice of the paper profile on one device; writes its
 timings and claims to <outputs>/gpu_check/ (default outputs/gpu_check/).
 
-    python pipelines/gpu_check.py [--size paper|small] [--budget-s 780] [--seeds 4]
+    python pipelines/gpu_check.py [--size paper|small] [--budget-s 360] [--seeds 4]
 
 The slice (--size paper, the default when CUDA is available): tied_error_vs_alpha at d = 400 and
 tied_scaling_laws at d = 400 (their paper grids of lambda, Delta, gamma and alpha), xor_phase_dm's
@@ -19,7 +19,12 @@ figure stages, the claims that hold) and the claims of the slice's figures (clai
 Precision: fp32 matmuls run in full fp32 (no TF32), set by the job runner (jobs.training, with
 jobs.environment.full_fp32_matmuls): the ridgeless recovery reaches estimation errors of 1e-8, below TF32's
 ~1e-3 relative rounding.
-Needs only the package on PYTHONPATH (src/) with hydra-core and omegaconf; never the network.
+Needs only the package on PYTHONPATH (src/) with hydra-core and omegaconf; never the network. On a GPU
+machine without a registry (the first run, 2026-12-04, BENCHMARKS.md): carry hydra-core 1.3.8, omegaconf
+2.3.1 and antlr4-python3-runtime 4.9.3 as wheels (`pip download --no-deps --only-binary=:all:
+--python-version 3.12 ...` for the first two, `pip wheel --no-deps antlr4-python3-runtime==4.9.3` for the
+third), install them with `pip install --no-index --no-deps --target /tmp/site` and put /tmp/site on
+PYTHONPATH. The default budget, 360 s, and about 100 s of aggregate and figures fit one 10-minute command.
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ def main() -> int:
     cuda = torch.cuda.is_available()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=("paper", "small"), default="paper" if cuda else "small")
-    ap.add_argument("--budget-s", type=float, default=780.0, help="wall-clock budget of the whole check")
+    ap.add_argument("--budget-s", type=float, default=360.0,
+                    help="wall-clock budget of the sweeps and theory (aggregate and figures come after)")
     ap.add_argument("--seeds", type=int, default=4, help="seeds per job of paper B's sweeps")
     ap.add_argument("--outputs", default=os.environ.get("ATTNREPRO_OUTPUTS", str(ROOT / "outputs")))
     args = ap.parse_args()
