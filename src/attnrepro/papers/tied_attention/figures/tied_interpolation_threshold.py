@@ -208,8 +208,9 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
                       for n in ("fit", "no_fit")]
             detail += f" (α_inf {fmt(bounds[0])} counting them as fits, {fmt(bounds[1])} as no fits)"
         tol = lambda v, a=a_th, se=inf["se"]: abs(v - a) <= max(THRESHOLD_LEVEL * a, 2 * se)  # noqa: E731
+        fitted = per_d.loc[per_d["value"].notna(), "task.d"]  # a d without a crossing is not in the fit
         out.append(judge(FIGURE, f"Δ = {delta:g}: the exact-fit threshold extrapolated to d → ∞ (α_50 = α_inf + c/d "
-                                 f"over d = {', '.join(f'{d:g}' for d in per_d['task.d'])}) equals α_interp = "
+                                 f"over d = {', '.join(f'{d:g}' for d in fitted)}) equals α_interp = "
                                  f"{fmt(a_th, 4)} (paper B, Cor. 3.2; holds within {THRESHOLD_LEVEL:.0%} or 2 "
                                  "bootstrap s.e.)", float(inf["value"]), tol,
                          f"{interval(inf['lo'], inf['hi'], '95% seed-bootstrap CI')}", detail,
