@@ -324,3 +324,25 @@ def test_optimal_lambda_is_a_minimum_factorized():
     sides."""
     row = _is_minimum("factorized", 0.2, points=10, start_lam=0.03)
     assert row["valid"]
+
+
+def test_the_lambda_search_leaves_a_plateau_to_the_left():
+    """At d = 4000 the tuned-lambda search started at lambda = 0.1 on the plateau where the penalty wins (S = 0:
+    the test error is the same at every lambda there) and returned a lambda* on it, with the trivial test error
+    0.4326, though lambda -> 1e-4 gives far less. A plateau of equal values now walks left first. Checked on
+    f = 1 for x > -3 (lambda > 0.05, the start's three points among them), a parabola with its minimum 0.2 at
+    x = -6 below (x = log lambda; lo = log 1e-4)."""
+    import math
+
+    from attnrepro.theory.direct_state_evolution import _minimise
+
+    def f(x):
+        return 1.0 if x > -3 else min(1.0, 0.2 + 0.1 * (x + 6) ** 2)
+
+    x, (a, b) = _minimise(f, math.log(1e-4), math.log(30.0), math.log(0.1), 0.5, 0.02)
+    assert x == pytest.approx(-6, abs=0.05) and a < x < b
+    assert f(x) == pytest.approx(0.2, abs=1e-3)
+    # a plateau that is the minimum (the values left of it are larger) stays the answer
+    g = lambda x: 1.0 if x > -3.5 else 2.0  # noqa: E731
+    x, _ = _minimise(g, math.log(1e-4), math.log(30.0), math.log(0.1), 0.5, 0.02)
+    assert g(x) == 1.0
