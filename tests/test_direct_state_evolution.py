@@ -342,6 +342,10 @@ def test_the_lambda_search_leaves_a_plateau_to_the_left():
     x, (a, b) = _minimise(f, math.log(1e-4), math.log(30.0), math.log(0.1), 0.5, 0.02)
     assert x == pytest.approx(-6, abs=0.05) and a < x < b
     assert f(x) == pytest.approx(0.2, abs=1e-3)
+    # the same with the solve just left of the start failed (+inf), as at d = 4000, gamma = 0.75
+    x, _ = _minimise(lambda x: math.inf if -2.9 < x < -2.7 else f(x), math.log(1e-4), math.log(30.0),
+                     math.log(0.1), 0.5, 0.02)
+    assert x == pytest.approx(-6, abs=0.05)
     # a plateau that is the minimum (the values left of it are larger) stays the answer
     g = lambda x: 1.0 if x > -3.5 else 2.0  # noqa: E731
     x, _ = _minimise(g, math.log(1e-4), math.log(30.0), math.log(0.1), 0.5, 0.02)

@@ -369,8 +369,9 @@ class _AlongLambda:
 def _minimise(f, lo: float, hi: float, centre: float, width: float, xatol: float):
     """A minimiser of f on [lo, hi], searched from centre: evaluate centre +- width; walk downhill in steps that
     double until the value rises (or a bound is reached), then Brent's bounded method inside the bracket.
-    Where the three start values are equal (a plateau: in lambda, the penalty's S = 0 above some lambda, whose
-    test error does not depend on lambda), first walk left, in doubling steps, until the value changes.
+    Where the start values are equal (a plateau: in lambda, the penalty's S = 0 above some lambda, whose test
+    error does not depend on lambda), the left one equal too or failed (+inf: solves fail near the plateau's
+    edge), first walk left, in doubling steps, until the value changes.
     Returns (x, bracket (a, b))."""
     from scipy.optimize import minimize_scalar
 
@@ -379,7 +380,7 @@ def _minimise(f, lo: float, hi: float, centre: float, width: float, xatol: float
     fa, fc, fb = f(a), f(c), f(b)
     step = width
     flat = lambda u, v: math.isfinite(u) and math.isfinite(v) and abs(u - v) <= 1e-9 * max(abs(u), abs(v))  # noqa: E731
-    while flat(fa, fc) and flat(fb, fc) and a > lo:  # off the plateau, to the left
+    while flat(fb, fc) and (flat(fa, fc) or math.isinf(fa)) and a > lo:  # off the plateau, to the left
         b, fb, c, fc = c, fc, a, fa
         step *= 2
         a = max(c - step, lo)
