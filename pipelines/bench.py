@@ -108,7 +108,7 @@ def case_xor_one_step(d: int = 4096, n_seeds: int = 40) -> dict:
 
     obj = validate(cfg)
     problem, derived = build(obj.task, obj.model, obj.train, replica_generators(0, n_seeds))
-    opt = torch.optim.SGD(problem.parameters(), lr=derived["eta"])
+    opt = torch.optim.SGD(problem.parameters(), lr=derived["lr"])
 
     def step():
         opt.zero_grad()
@@ -131,7 +131,7 @@ def _plain_loop(obj, seed: int, n_seeds: int) -> float:
     from attnrepro.seeding import replica_generators
 
     problem, derived = build(obj.task, obj.model, obj.train, replica_generators(seed, n_seeds))
-    opt = torch.optim.Adam(problem.parameters(), lr=derived["eta"])
+    opt = torch.optim.Adam(problem.parameters(), lr=derived["lr"])
     t = time.perf_counter()
     problem.evaluate()
     for step in range(1, obj.train.steps + 1):
@@ -405,7 +405,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
             cpu = time.process_time()
             _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}", *overrides])
             job_s = time.process_time() - cpu  # CPU seconds: core-seconds on one thread, on a busy machine too
-            der, t = rec["derived"], rec["timings"]
+            der, t = rec["fit"], rec["timings"]
             rows.append({"protocol": protocol, "point": f"{experiment} {' '.join(point[:2])}", "s": job_s,
                          "steps": t["steps"], "coarse_steps": t.get("coarse_steps", 0),
                          "grad_rel": max(der["grad_rel"]), "converged": sum(der["converged"]),
@@ -462,7 +462,7 @@ def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
                         for p, q in zip(problem.parameters(), previous, strict=True):
                             p.copy_(q)
                 t = time.process_time()
-                module = fit_replicas(problem, obj.train, obj.train.eta0, 0.0, 2e-5, cpu, L0)
+                module = fit_replicas(problem, obj.train, obj.train.lr, 0.0, 2e-5, cpu, L0)
                 steps, stop = module.global_step, module.stop
                 seconds[start] += time.process_time() - t
                 m = problem.evaluate()

@@ -142,23 +142,26 @@ def _fake_record(experiment: str, overrides: list[str], key: str, cfg: dict) -> 
     q = [int(v) + d // 2 for v in rng.integers(0, d // 2, n)]
     rec = {"schema": SCHEMA, "key": key, "experiment": experiment, "status": "complete",
            "config": cfg, "overrides": overrides, "curves": {}, "arrays": {},
-           "provenance": provenance(roots(task["name"], model["name"]))}  # made by this code: not stale
-    if model["name"] == "ffnn":
+           "provenance": provenance(roots(task["name"], model["family"]))}  # made by this code: not stale
+    if model["family"] == "ffnn":
         err = [0.0 if model["k"] >= 2 else 0.3] * n
-        rec["derived"] = {"eta": 0.01, "n_params": model["k"] * (d + 2) + 1, "p": p, "q": q}
+        rec["fit"] = {"lr": 0.01}
+        rec["derived"] = {"n_params": model["k"] * (d + 2) + 1, "p": p, "q": q}
         rec["metrics"] = {"test_mse": err, "test_error": err, "train_loss": err}
         return rec
     m = math.ceil(model["m_c"] * math.log2(d) ** 2) if model["m"] is None else model["m"]
-    if model["name"] == "k_head_attention":
+    if model["family"] == "k_head_attention":
         loss = [0.0 if r > 0 else 0.5 for r in range(n)]
-        rec["derived"] = {"m": m, "eta": 1.0, "n_params": task["k"] * m,
+        rec["fit"] = {"lr": 1.0}
+        rec["derived"] = {"m": m, "n_params": task["k"] * m,
                           "S": [list(range(r, r + task["k"])) for r in range(n)]}
         rec["metrics"] = {"loss": loss, "parity_correlation": [1 - v for v in loss],
                           "split": [float(v == 0) for v in loss]}
         return rec
     good = model["attention"] == "softmax" and (task["n"] or 10**9) >= 8 * d
     loss = [0.0 if (good and r > 0) else 0.5 for r in range(n)]
-    rec["derived"] = {"m": m, "eta": 1.0, "n_params": 2 * m, "p": p, "q": q}
+    rec["fit"] = {"lr": 1.0}
+    rec["derived"] = {"m": m, "n_params": 2 * m, "p": p, "q": q}
     rec["metrics"] = {"loss": loss, "xor_correlation": [1 - v for v in loss], "mass_pq": [1.0] * n,
                       "mass_pq_tilde": [1.0] * n}
     steps = list(range(0, train["steps"] + 1, train["log_every"]))
@@ -212,7 +215,7 @@ def test_tables_one_row_per_key_and_replica(fake_outputs):
     final, curves = data.final, data.curves
     n_seeds = final["n_seeds"].iloc[0]
     assert len(final) == 6 * n_seeds and not final.duplicated(["key", "replica"]).any()
-    assert {"task.d", "model.attention", "model.init", "train.steps", "m", "eta", "n_params", "p", "q",
+    assert {"task.d", "model.attention", "model.init", "train.steps", "m", "lr", "n_params", "p", "q",
             "loss", "xor_correlation", "seed", "replica"} <= set(final.columns)
     assert (final["seed"] == final["base_seed"] + final["replica"]).all()
     steps = curves.groupby("key")["step"].nunique()

@@ -96,7 +96,7 @@ def test_an_entry_point_registers_the_paper_with_no_edit_of_attnrepro(scaffold):
     assert grid.grid_size(EXPERIMENT, "smoke") == 2 == len(grid.grid_points(EXPERIMENT, "smoke"))
     # Hydra's search path holds its conf/: the experiment composes with its own task, model and train options
     cfg = grid.compose([f"experiment={EXPERIMENT}", "profile=smoke"])
-    assert (cfg.task.name, cfg.model.name, cfg.train.name) == (NAME, f"{NAME}_linear", f"{NAME}_lbfgs")
+    assert (cfg.task.name, cfg.model.family, cfg.train.name) == (NAME, f"{NAME}_linear", f"{NAME}_lbfgs")
     from attnrepro.config import validate
 
     validate(cfg)
@@ -212,7 +212,7 @@ def test_new_paper_installs_reproduces_and_passes_its_own_tests(tmp_path):
         record = json.loads(path.read_text())
         assert record["status"] == "complete", record.get("error")
         assert "toy_ridge.problem" in record["provenance"]["roots"]
-        assert all(s == "converged" for s in record["derived"]["stop"]), record["derived"]["stop"]
+        assert all(s == "converged" for s in record["fit"]["stop"]), record["fit"]["stop"]
     assert (out / "figures" / f"{experiment}.png").is_file()
     claims = pd.read_csv(out / "report" / "claims.csv")
     mine = claims[claims["figure"] == experiment]

@@ -148,7 +148,7 @@ def test_model_forward_and_seeding():
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_step_unit_k_moves_support_scores_by_eta0_sqrt_m(k):
+def test_step_unit_k_moves_support_scores_by_lr_sqrt_m(k):
     """One population step of eta = step_unit_k at a softmax init moves the support scores by
     about sqrt(m) (the derivation in step_unit_k), the other scores by O(1)."""
     d, m, R = 64, 144, 16

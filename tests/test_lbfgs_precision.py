@@ -25,14 +25,14 @@ def test_two_precisions_reach_the_float64_minimiser(tmp_path, lam):
     tol_grad; steps count both stages, and the curves run on without a repeated step."""
     plain = _record(tmp_path / "f64", f"model.lam={lam}")
     mixed = _record(tmp_path / "mixed", f"model.lam={lam}", *COARSE)
-    assert all(plain["derived"]["converged"]) and all(mixed["derived"]["converged"])
-    assert max(mixed["derived"]["grad_rel"]) <= 2e-5
+    assert all(plain["fit"]["converged"]) and all(mixed["fit"]["converged"])
+    assert max(mixed["fit"]["grad_rel"]) <= 2e-5
     np.testing.assert_allclose(mixed["metrics"]["test_error"], plain["metrics"]["test_error"], rtol=1e-4)
-    np.testing.assert_allclose(mixed["derived"]["objective_start"], plain["derived"]["objective_start"], rtol=1e-12)
+    np.testing.assert_allclose(mixed["fit"]["objective_start"], plain["fit"]["objective_start"], rtol=1e-12)
     t = mixed["timings"]
     assert 0 < t["coarse_steps"] < t["steps"]
-    ended = mixed["derived"]["coarse_stop_step"]  # a seed's steps count its own, over both stages
-    assert all(e <= t["coarse_steps"] and e < s <= t["steps"] for s, e in zip(mixed["derived"]["stop_step"], ended))
+    ended = mixed["fit"]["coarse_stop_step"]  # a seed's steps count its own, over both stages
+    assert all(e <= t["coarse_steps"] and e < s <= t["steps"] for s, e in zip(mixed["fit"]["stop_step"], ended))
     steps = mixed["curves"]["step"]
     assert steps == sorted(set(steps)) and t["coarse_steps"] in steps and steps[-1] == t["steps"]
 

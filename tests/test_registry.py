@@ -207,7 +207,7 @@ def test_a_task_or_solver_name_another_paper_declares_is_refused(monkeypatch):
     assert "task.name 'sparse_xor' is declared by attnrepro.papers.sparse_xor and attnrepro.papers.fake_ridge" \
         in message, message
     fake_paper(monkeypatch, SOLVERS={"psd_exact_fit": "exact"})
-    assert "model.name 'psd_exact_fit' is declared by" in refused()
+    assert "model.family 'psd_exact_fit' is declared by" in refused()
 
 
 @pytest.mark.parametrize("attr", ["SCHEMAS", "checks", "RESOLVERS"])
@@ -245,7 +245,7 @@ def test_the_doc_names_every_part_of_the_contract():
     text = DOC.read_text()
     for attr in [*papers.CONTRACT, *papers.CONFIG_CONTRACT]:
         assert f"`{attr}`" in text, attr
-    for attr in ("build", "fit", "accumulate", "evaluate", "arrays", "CURVES", 'derived["eta"]'):
+    for attr in ("build", "fit", "accumulate", "evaluate", "arrays", "CURVES", 'derived["lr"]'):
         assert attr in text, attr
 
 

@@ -117,7 +117,7 @@ def test_same_config_same_numbers_in_two_processes(rerun_after_corruption):
         first, second = r["before"][key], after[key]
         assert first["status"] == second["status"] == "complete"
         assert second["started"] != first["started"] or second["timings"] != first["timings"]  # a new run
-        for part in ("metrics", "curves", "arrays", "derived"):
+        for part in ("metrics", "curves", "arrays", "derived", "fit"):
             assert json.dumps(first.get(part)) == json.dumps(second.get(part)), part
 
 
@@ -155,14 +155,14 @@ def test_divergence_fails_its_job_and_the_sweep_goes_on(tmp_path):
     failed with the reason, the next job of the same sweep completes, and the sweep exits 1 with the
     failed job in its last line; with accept_failed=true it exits 0."""
     sweep = (f"experiment={VARIANTS}", "profile=smoke", "model=linear", "model.init=antisymmetric", "task.d=16",
-             "train.steps=10", "train.eta0=1e6,0.1")
+             "train.steps=10", "train.lr=1e6,0.1")
     proc = run_train(tmp_path, *sweep)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert "1 of 2 jobs failed" in last and "train.eta0=1000000.0" in last and "eta0=0.1" not in last
+    assert "1 of 2 jobs failed" in last and "train.lr=1000000.0" in last and "lr=0.1" not in last
     assert run_train(tmp_path, *sweep, "accept_failed=true").returncode == 0
     records = valid_records(tmp_path, VARIANTS)
-    by_eta = {rec["config"]["train"]["eta0"]: rec for rec in records.values()}
+    by_eta = {rec["config"]["train"]["lr"]: rec for rec in records.values()}
     failed, ok = by_eta[1e6], by_eta[0.1]
     assert failed["status"] == "failed" and "metrics" not in failed
     assert "Divergence" in failed["reason"] and "non-finite" in failed["reason"]
@@ -183,8 +183,8 @@ PAPER_A_CASES = [
     ("task.d=32,1", "task.d"),  # one bad grid point: no job of the sweep runs
     ("model.m=0", "model.m"),
     ("task.n=0", "task.n"),
-    ("train.eta0=0", "train.eta0"),
-    ("train.eta0=-1", "train.eta0"),
+    ("train.lr=0", "train.lr"),
+    ("train.lr=-1", "train.lr"),
     ("model.attention=sofmax", "model.attention"),
     ("grid.smoke={task.d:[]}", "task.d"),  # the experiment's grid entry made empty
     ("task.d=range(5,5)", "task.d"),  # a command-line sweep with no value

@@ -59,13 +59,13 @@ def test_a_seed_stops_alone_as_among_others(job_config, case):
     from attnrepro.jobs.fit import convergence
 
     _, together = job_config(*STOPPING_CASES[case], "seed=0", "n_seeds=4")
-    problem, module, _, _ = train(together, together.trainer)
+    problem, module, *_ = train(together, together.trainer)
     joint, stops = [p.detach().clone() for p in problem.parameters()], list(module.stop_step)
     assert len(set(stops)) > 1, f"the seeds should stop at different steps here: {stops}"
     reasons = convergence(problem, module, together.train.tol_grad)["stop"]
     for r in (1, 3):
         _, alone = job_config(*STOPPING_CASES[case], f"seed={r}", "n_seeds=1")
-        problem, module, _, _ = train(alone, alone.trainer)
+        problem, module, *_ = train(alone, alone.trainer)
         np.testing.assert_equal(module.stop_step[0], stops[r])  # nan: at the step cap in both
         assert convergence(problem, module, alone.train.tol_grad)["stop"][0] == reasons[r]
         for a, b in zip(joint, problem.parameters()):
@@ -88,14 +88,14 @@ def test_every_experiment_config_composes_and_builds(experiment, profile):
         obj = validate(compose(overrides))
         if profile == "paper":
             continue
-        if obj.model.name == "psd_exact_fit":  # a convex problem, not trained: its data
+        if obj.model.family == "psd_exact_fit":  # a convex problem, not trained: its data
             from attnrepro.papers.tied_attention.exact_fit_problem import draw
 
             S0, X, t = draw(obj.task, replica_generators(0, 2))
             assert X.shape == (2, obj.task.n(), 2, obj.task.d) and t.shape == (2, obj.task.n(), 2)
             continue
         problem, derived = builder(obj.task.name)(obj.task, obj.model, obj.train, replica_generators(0, 2))
-        assert derived["eta"] > 0 and problem.evaluate()
+        assert derived["lr"] > 0 and problem.evaluate()
 
 
 def test_key_ignores_logger_and_paths_but_not_numbers(tmp_path):
@@ -125,15 +125,15 @@ def test_record_resume_and_corruption(job_config, capsys):
 
 def test_divergence_is_recorded_as_failed(job_config):
     """Linear attention with a huge step blows up: the job is recorded failed with its reason."""
-    cfg, _ = job_config("experiment=xor_attention_variants", "model=linear", "train.eta0=1e6", "task.d=16")
+    cfg, _ = job_config("experiment=xor_attention_variants", "model=linear", "train.lr=1e6", "task.d=16")
     assert run_job(cfg)["status"] == "failed"
     rec = json.loads(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)).read_text())
     assert rec["status"] == "failed" and "Divergence" in rec["reason"] and "non-finite" in rec["reason"]
 
 
 @pytest.mark.parametrize("override,field", [
-    ("task.d=1", "task.d"), ("model.m=0", "model.m"), ("train.eta0=0", "train.eta0"),
-    ("train.eta0=-1", "train.eta0"), ("n_seeds=0", "n_seeds"), ("task.noise=0.5", "task.noise"),
+    ("task.d=1", "task.d"), ("model.m=0", "model.m"), ("train.lr=0", "train.lr"),
+    ("train.lr=-1", "train.lr"), ("n_seeds=0", "n_seeds"), ("task.noise=0.5", "task.noise"),
     ("task.n=0", "task.n"),
 ])
 def test_impossible_values_name_the_field(job_config, override, field):
@@ -153,7 +153,7 @@ def test_bad_override_fails_at_composition(override, words):
 
 
 EARLY_STOP = ["experiment=xor_attention_variants", "task.d=16", "train.steps=3000", "train.log_every=10",
-              "train.eta0=1.0", "n_seeds=3", "train.fixed_steps=false"]
+              "train.lr=1.0", "n_seeds=3", "train.fixed_steps=false"]
 
 
 @pytest.mark.parametrize("criterion, reason", [(["train.tol=1e-9", "train.tol_grad=1e-30"], "objective stalled"),
@@ -165,12 +165,12 @@ def test_early_stop_when_every_seed_has_converged(job_config, criterion, reason)
     cfg, _ = job_config(*EARLY_STOP, *criterion)
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
-    steps = rec["derived"]["stop_step"]
+    steps = rec["fit"]["stop_step"]
     assert len(steps) == 3 and all(0 < s <= rec["timings"]["steps"] for s in steps)
     assert rec["timings"]["steps"] == max(steps) < 3000
-    assert rec["derived"]["stop"] == [reason] * 3
+    assert rec["fit"]["stop"] == [reason] * 3
     if reason == "converged":
-        assert rec["derived"]["converged"] == [True] * 3 and max(rec["derived"]["grad_rel"]) <= 1e-6
+        assert rec["fit"]["converged"] == [True] * 3 and max(rec["fit"]["grad_rel"]) <= 1e-6
 
 
 def test_without_a_tolerance_every_step_runs(job_config):
@@ -192,14 +192,14 @@ def test_a_flat_start_is_not_convergence(job_config):
     cfg, _ = job_config(*FLAT_START, "train.tol_move=0")
     run_job(cfg)
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
-    assert rec["timings"]["steps"] == cfg.train.log_every and rec["derived"]["stop"] == ["converged"] * 2
+    assert rec["timings"]["steps"] == cfg.train.log_every and rec["fit"]["stop"] == ["converged"] * 2
     assert all(abs(v - 0.5) < 0.01 for v in rec["metrics"]["train_loss"])
     cfg, _ = job_config(*FLAT_START)
     run_job(cfg)
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
     start = rec["curves"]["train_loss"][0]
     assert rec["timings"]["steps"] > cfg.train.log_every
-    for r, (stop, end) in enumerate(zip(rec["derived"]["stop"], rec["metrics"]["train_loss"], strict=True)):
+    for r, (stop, end) in enumerate(zip(rec["fit"]["stop"], rec["metrics"]["train_loss"], strict=True)):
         done = stop in ("converged", "objective stalled")
         assert done == (abs(end - start[r]) / start[r] > 0.01) or stop == "step cap"
 
@@ -213,9 +213,9 @@ def test_lbfgs_checks_its_gradient_at_every_step(job_config):
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
     steps = rec["timings"]["steps"]
-    assert max(rec["derived"]["stop_step"]) == steps < 150
+    assert max(rec["fit"]["stop_step"]) == steps < 150
     assert rec["curves"]["step"] == [0, steps]
-    assert rec["derived"]["converged"] == [True, True] and max(rec["derived"]["grad_rel"]) <= 1e-4
+    assert rec["fit"]["converged"] == [True, True] and max(rec["fit"]["grad_rel"]) <= 1e-4
 
 
 def test_a_long_job_says_it_is_running(job_config, monkeypatch, capsys):
@@ -240,9 +240,9 @@ def test_a_blown_up_seed_is_diverged_not_converged(job_config):
     its start. Such a seed is 'diverged' (not converged, frozen there); a seed whose loss fell to its
     minimum still converged."""
     cfg, _ = job_config("experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=16", "task.n_per_d=2",
-                        "train.eta0=1000", "n_seeds=3", "train.steps=300")
+                        "train.lr=1000", "n_seeds=3", "train.steps=300")
     assert run_job(cfg)["status"] == "complete"
-    d = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))["derived"]
+    d = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))["fit"]
     assert "diverged" in d["stop"]
     for stop, conv, start, end in zip(d["stop"], d["converged"], d["objective_start"], d["objective_end"]):
         assert conv == (stop == "converged")
@@ -283,7 +283,7 @@ def test_the_hydra_internals_the_grid_sweeper_uses():
 
 @pytest.mark.parametrize("overrides,message", [
     (["experiment=tied_interpolation_threshold", "train=lbfgs_fullbatch"],
-     "model=psd_exact_fit is solved, not trained: it needs train=solved"),
+     "model.family=psd_exact_fit is solved, not trained: it needs train=solved"),
     (["experiment=tied_spectra", "train=solved"], "train=solved is for a model its paper solves"),
     (["experiment=tied_interpolation_threshold", "model.max_iter=0"], "model.max_iter: must be >= 1"),
     (["experiment=xor_phase_dm", "train.steps=2"], "train=one_step is paper A's one gradient step"),
@@ -311,7 +311,7 @@ def test_a_trained_module_moves_with_its_state(job_config):
     the same device'.) Checked here by moving the trained module to the meta device. The record names the
     device training ran on, not the CPU it ended on."""
     _, cfg = job_config(*STOPPING_CASES["L-BFGS to tol_grad"], "train.steps=3", "n_seeds=2")
-    problem, module, _, timings = train(cfg, cfg.trainer)
+    problem, module, _, _, timings = train(cfg, cfg.trainer)
     assert timings["device"] == "cpu" and module.initial_objective is not None
     module.to("meta")
     assert module.initial_objective.device.type == "meta"

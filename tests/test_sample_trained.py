@@ -85,7 +85,7 @@ def test_step_size_unit_applies_to_sgd_only_and_test_error_is_measured(train, un
     problem, derived = P.build(cfg.task, cfg.model, cfg.train, replica_generators(0, 2))
     m = derived["m"]
     assert derived["n"] == 64 and problem.samples.x.shape == (2, 64, 16) and problem.test_set.x.shape == (2, 300, 16)
-    assert derived["eta"] == pytest.approx(cfg.train.eta0 * unit(16, m))
+    assert derived["lr"] == pytest.approx(cfg.train.lr * unit(16, m))
     with torch.no_grad():  # heads on the support: no test error; heads swapped (gamma on q): none either
         problem.model.V.zero_()
         for r, (p, q) in enumerate(zip(derived["p"], derived["q"])):

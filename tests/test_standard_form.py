@@ -111,13 +111,13 @@ def test_cls_self_score_is_masked(attention):
 def test_one_sgd_step_through_build_equal(attention, init, n):
     """problem.build for both forms, one SGD step on the population (n None) or empirical loss."""
     task = SparseXorTask(d=16, n=n, noise=0.1)
-    train = SparseXorTrainConfig(name="one_step", eta0=50.0 if attention == "softmax" else 0.2, chunk=16)
+    train = SparseXorTrainConfig(name="one_step", lr=50.0 if attention == "softmax" else 0.2, chunk=16)
     after = {}
     for form in Form:
         model = XorAttentionModel(attention=Attention(attention), init=Init(init), m=5, form=form)
         problem, derived = build(task, model, train, replica_generators(3, 4))
         assert isinstance(problem.model, TwoHeadXorTransformer) == (form is Form.standard)
-        opt = torch.optim.SGD(problem.parameters(), lr=derived["eta"])
+        opt = torch.optim.SGD(problem.parameters(), lr=derived["lr"])
         before = problem.accumulate(lambda loss: loss.backward())
         opt.step()
         after[form] = before, problem.population_loss().detach(), problem.model.heads()

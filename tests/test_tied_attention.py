@@ -24,7 +24,7 @@ def make(seed=0, n_seeds=2, param="factorized", output="seq2lab", chunk=8192, **
                                 output=Output(output), n_val=kw.pop("n_val", 16), n_test=kw.pop("n_test", 16),
                                 **{k: v for k, v in kw.items() if k not in model_fields})
     model = TiedAttentionModel(param=Param(param), **{k: v for k, v in kw.items() if k in model_fields})
-    train = TrainConfig(optimizer=Optimizer.adam, eta0=0.1, dtype=DType.float64, chunk=chunk)
+    train = TrainConfig(optimizer=Optimizer.adam, lr=0.1, dtype=DType.float64, chunk=chunk)
     return build(task, model, train, replica_generators(seed, n_seeds))
 
 
@@ -217,7 +217,7 @@ def test_configs_compose_with_the_reference_defaults():
     for model in ("tied_factorized", "tied_direct"):
         obj = validate(compose(f"model={model}"))
         assert obj.task.target == Target.wishart and obj.task.T == 2 and obj.model.lam == 0.0
-        assert obj.task.n() == 2000 and obj.model.p(obj.task.d) == 50 and obj.train.eta0 == 0.1
+        assert obj.task.n() == 2000 and obj.model.p(obj.task.d) == 50 and obj.train.lr == 0.1
 
 
 def test_impossible_values_are_named():

@@ -139,8 +139,8 @@ def _fake_record(experiment, overrides, key, cfg):
     learned = np.where(np.arange(d) < recovered, 0.9 * target, 0.0)
     learned[recovered: d // 2] = rng.uniform(0.01, 0.5, max(0, d // 2 - recovered))
     rec = {"schema": SCHEMA, "key": key, "experiment": experiment, "status": "complete", "config": cfg,
-           "overrides": overrides, "curves": {}, "provenance": provenance(roots(task["name"], model["name"])),
-           "derived": {"eta": 0.1, "n": round(alpha * d * d), "p": round(model["kappa"] * d), "p0": r},
+           "overrides": overrides, "curves": {}, "provenance": provenance(roots(task["name"], model["family"])),
+           "fit": {"lr": 0.1}, "derived": {"n": round(alpha * d * d), "p": round(model["kappa"] * d), "p0": r},
            "metrics": {"train_loss": list(1e-3 * est), "objective": list(est), "val_error": list(0.3 * est + 0.1),
                        "test_error": list(0.3 * est), "estimation_error": list(est),
                        "rank_collapse": [float(np.mean(learned == 0))] * n, "n_recovered": [recovered] * n,

@@ -125,7 +125,7 @@ def _non_finite(node: Any, prefix: str) -> List[str]:
 def _train_checks(train: TrainConfig, need) -> None:
     """Range checks of a trained job's train section."""
     need(train.steps >= 1, "train.steps", f"must be >= 1, got {train.steps}")
-    need(math.isfinite(train.eta0) and train.eta0 > 0, "train.eta0", f"step size must be > 0, got {train.eta0}")
+    need(math.isfinite(train.lr) and train.lr > 0, "train.lr", f"step size must be > 0, got {train.lr}")
     need(train.log_every >= 1, "train.log_every", f"must be >= 1, got {train.log_every}")
     need(train.chunk >= 1, "train.chunk", f"must be >= 1, got {train.chunk}")
     need(all(math.isfinite(v) and v >= 0 for v in (train.tol, train.tol_grad, train.tol_move)), "train.tol",
@@ -159,10 +159,10 @@ def _checks(cfg: Any) -> List[str]:
 
     need(cfg.n_seeds >= 1, "n_seeds", f"must be >= 1, got {cfg.n_seeds}")
     need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
-    solved = solver_module(cfg.model.name) is not None
+    solved = solver_module(cfg.model.family) is not None
     need(solved == isinstance(cfg.train, SolvedConfig), "train",
-         f"model={cfg.model.name} is solved, not trained: it needs train=solved (its settings are the model's)"
-         if solved else f"train=solved is for a model its paper solves; model={cfg.model.name} is trained")
+         f"model.family={cfg.model.family} is solved, not trained: it needs train=solved (its settings are the model's)"
+         if solved else f"train=solved is for a model its paper solves; model.family={cfg.model.family} is trained")
     if isinstance(cfg.train, TrainConfig):
         _train_checks(cfg.train, need)
     for paper in config_modules():

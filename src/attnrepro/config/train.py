@@ -27,9 +27,10 @@ class DType(str, Enum):
 class TrainConfig:
     """Full-batch training: ``steps`` steps of ``optimizer``.
 
-    Step size eta = derived["eta"] of the problem's build(): eta0 times a unit the paper may define (its
-    model's natural scale for SGD, e.g. paper A's d^2 sqrt(m)); Adam's and L-BFGS's learning rate is eta0
-    as far as the papers here go. A paper adds its own training fields by extending this schema (paper A:
+    ``lr``: the learning rate in the step unit the problem defines. The optimiser's learning rate is
+    derived["lr"] of the problem's build(), lr times that unit: 1 for Adam and L-BFGS (absolute units), and
+    for SGD the model's natural scale where the paper defines one (paper A: d^2 sqrt(m) for softmax
+    attention, so that lr is SPEC's eta_0 in eta = eta_0 d^2 sqrt(m)). A paper adds its own training fields by extending this schema (paper A:
     papers.sparse_xor.config.SparseXorTrainConfig). Early stop once every
     seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
     or stalled (relative objective change between logs < tol); 0 disables each. Neither counts
@@ -48,7 +49,7 @@ class TrainConfig:
     name: str = MISSING  # the option's name (conf/train/<name>.yaml)
     optimizer: Optimizer = Optimizer.sgd
     steps: int = 1
-    eta0: float = 1.0
+    lr: float = 1.0
     log_every: int = 1
     chunk: int = 8192
     dtype: DType = DType.float64

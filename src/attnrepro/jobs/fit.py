@@ -28,40 +28,44 @@ def train(cfg, trainer_cfg):
     generators: the data are drawn in float64 and cast), then on in train.dtype from where it ended, with a
     fresh L-BFGS memory (carrying the float32 curvature pairs over saved 1 of 55 steps at d = 100).
 
-    Returns (problem, module, derived, timings)."""
+    Returns (problem, module, derived, fitted, timings): derived, build()'s quantities of the problem
+    (n, m, p ...); fitted, how it was fitted: the learning rate ``lr`` (build()'s derived["lr"]) and, with a
+    stopping test, each seed's stop reason, step and relative gradient (convergence())."""
     _quiet_lightning()
     t0 = time.perf_counter()
     tc = cfg.train
     build = builder(cfg.task.name)
     problem, derived = build(cfg.task, cfg.model, tc, replica_generators(cfg.seed, cfg.n_seeds))
+    lr = derived["lr"]
+    derived, fitted = {k: v for k, v in derived.items() if k != "lr"}, {"lr": lr}
 
     if tc.coarse_dtype is None:
         t1 = time.perf_counter()
-        module = fit_replicas(problem, tc, derived["eta"], tc.tol, tc.tol_grad, trainer_cfg)
+        module = fit_replicas(problem, tc, lr, tc.tol, tc.tol_grad, trainer_cfg)
         steps = module.global_step
     else:
         coarse, _ = build(cfg.task, cfg.model, dataclasses.replace(tc, dtype=tc.coarse_dtype),
                           replica_generators(cfg.seed, cfg.n_seeds))
         L0 = problem.accumulate(None)  # both stages measure their gradient against L_0 in dtype
         t1 = time.perf_counter()
-        first = fit_replicas(coarse, tc, derived["eta"], tc.coarse_tol, tc.coarse_tol_grad, trainer_cfg, L0)
+        first = fit_replicas(coarse, tc, lr, tc.coarse_tol, tc.coarse_tol_grad, trainer_cfg, L0)
         with torch.no_grad():
             for p, q in zip(problem.parameters(), first.problem.parameters(), strict=True):
                 p.copy_(q)
-        module = fit_replicas(problem, tc, derived["eta"], tc.tol, tc.tol_grad, trainer_cfg, L0)
+        module = fit_replicas(problem, tc, lr, tc.tol, tc.tol_grad, trainer_cfg, L0)
         # per seed: the step its first stage ended at (frozen there, or at the stage's last step)
         ended = [float(first.global_step) if math.isnan(s) else s for s in first.stop_step]
         module.stop_step = [s + e for s, e in zip(module.stop_step, ended, strict=True)]
         module.curves = _join(first.curves, module.curves, first.global_step)
         steps = first.global_step + module.global_step
-        derived = {**derived, "coarse_stop": first.stop, "coarse_stop_step": ended}
+        fitted.update(coarse_stop=first.stop, coarse_stop_step=ended)
     t2 = time.perf_counter()
     timings = {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": steps, "device": module.trained_on}
     if tc.coarse_dtype is not None:
         timings["coarse_steps"] = first.global_step
     if module.checks:
-        derived = {**derived, **convergence(problem, module, tc.tol_grad)}
-    return problem, module, derived, timings
+        fitted.update(convergence(problem, module, tc.tol_grad))
+    return problem, module, derived, fitted, timings
 
 
 def fit_replicas(problem, tc, lr: float, tol: float, tol_grad: float, trainer_cfg, initial_objective=None):
@@ -122,11 +126,12 @@ def convergence(problem, module, tol_grad: float) -> dict:
 
 
 def fit(cfg, trainer_cfg) -> dict:
-    """Train, then evaluate: the derived quantities, metrics, curves, arrays and timings of a record."""
-    problem, module, derived, timings = train(cfg, trainer_cfg)
+    """Train, then evaluate: the derived quantities, how they were fitted, metrics, curves, arrays and timings
+    of a record."""
+    problem, module, derived, fitted, timings = train(cfg, trainer_cfg)
     as_lists = lambda tensors: {k: v.detach().cpu().tolist() for k, v in tensors.items()}  # noqa: E731
     t = time.perf_counter()
-    out = {"derived": derived, "metrics": as_lists(problem.evaluate()), "curves": module.curves,
+    out = {"derived": derived, "fit": fitted, "metrics": as_lists(problem.evaluate()), "curves": module.curves,
            "arrays": as_lists(problem.arrays())}
     out["timings"] = {**timings, "eval_s": time.perf_counter() - t}
     if torch.cuda.is_available():

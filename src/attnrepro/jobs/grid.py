@@ -216,7 +216,7 @@ def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], output
     except (OSError, ValueError):
         pass
     points = grid_points(experiment, profile, list(extra))
-    jobs = [(ov, job_key(cfg), cfg.task.name, cfg.model.name) for ov, cfg in zip(points, compose_many(points))]
+    jobs = [(ov, job_key(cfg), cfg.task.name, cfg.model.family) for ov, cfg in zip(points, compose_many(points))]
     atomic_write(cache, lambda f: json.dump(jobs, f))
     return jobs
 

@@ -13,7 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
-SCHEMA = 1
+# the record layout: 2 (2026-12-04) moved a training record's learning rate and stop reasons from `derived` to
+# `fit`, and its config's model.name to model.family; a training record of layout 1 reads as stale
+SCHEMA = 2
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once: a file written here gets the mode open() would give it, not mkstemp's 0600
 REQUIRED = ("schema", "key", "experiment", "status", "config")

@@ -242,14 +242,15 @@ def history_rows(record: dict) -> Iterable[tuple[int, dict]]:
 
 
 def summary(record: dict) -> dict:
-    """Status, reason, timings, derived scalars and final metrics (final/<metric>/mean, /seed<i>)."""
+    """Status, reason, timings, derived and fit scalars and final metrics (final/<metric>/mean, /seed<i>)."""
     out = {"status": record["status"], "key": record["key"]}
     if record.get("reason"):
         out["reason"] = record["reason"]
     for name, value in (record.get("timings") or {}).items():
         out.update(per_seed(f"timings/{name}", value))
-    for name, value in (record.get("derived") or {}).items():
-        out.update(per_seed(f"derived/{name}", value))
+    for part in ("derived", "fit"):
+        for name, value in (record.get(part) or {}).items():
+            out.update(per_seed(f"{part}/{name}", value))
     for name, values in (record.get("metrics") or {}).items():
         out.update(per_seed(f"final/{name}", values))
     return out

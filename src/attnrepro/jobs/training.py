@@ -14,8 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from attnrepro.config import SEMANTIC_KEYS, validate
 from attnrepro.jobs.environment import full_fp32_matmuls, versions
 from attnrepro.jobs.heartbeat import still_running
-from attnrepro.jobs.job import Job, State, digest, state_of
-from attnrepro.jobs.records import record_path
+from attnrepro.jobs.job import Job, State, Status, digest, state_of
+from attnrepro.jobs.records import SCHEMA, record_path
 from attnrepro.papers import problem_module, solver_module
 
 FIT = ("attnrepro.jobs.fit", "attnrepro.lit.replica")  # the trainer, for every trained model
@@ -45,12 +45,14 @@ def training_job(cfg: DictConfig) -> Job:
     config = semantic_config(cfg)
     key = digest(config)
     return Job("train", cfg.experiment, key, record_path(cfg.paths.outputs, cfg.experiment, key), config,
-               roots(cfg.task.name, cfg.model.name))
+               roots(cfg.task.name, cfg.model.family))
 
 
 def record_state(path: Path, record: dict) -> State:
     """The state of a training record read from disk, its roots named by its own config."""
-    names = record["config"]["task"]["name"], record["config"]["model"]["name"]
+    if record.get("schema", 1) < SCHEMA:
+        return State(Status.stale, record, f"record layout {record.get('schema', 1)}, older than {SCHEMA}")
+    names = record["config"]["task"]["name"], record["config"]["model"]["family"]
     return state_of(path, path.parent.name, roots(*names), record)
 
 
@@ -64,7 +66,7 @@ def _hydra_overrides() -> list[str]:
 
 
 def _compute(obj, trainer_cfg):
-    solver = solver_module(obj.model.name)
+    solver = solver_module(obj.model.family)
     if solver:
         return lambda: importlib.import_module(solver).fit(obj)
     from attnrepro.jobs.fit import fit

@@ -2,7 +2,7 @@
 and figures. A paper package's ``__init__`` declares, without importing anything:
 
   PROBLEMS {task.name: module}  the task's problem module: build(task, model, train, gens) -> (problem, derived)
-  SOLVERS {model.name: module}  optional: models solved, not trained: the module's fit(cfg) -> record fields
+  SOLVERS {model.family: module}  optional: models solved, not trained: the module's fit(cfg) -> record fields
   CONFIG  "config"               the config schemas module: SCHEMAS, checks(cfg, need), RESOLVERS
   FIGURES (module, ...)          figure modules; importing one registers its FigureSpec
   THEORY  module or None         the theory curves: CURVES (jobs.theory runs them)
@@ -77,7 +77,7 @@ def _test_paths(v) -> bool:
 # attribute -> (what it must be, its test, whether it must be there)
 CONTRACT = {
     "PROBLEMS": ("a dict {task.name: the name of its problem module}", _name_map, True),
-    "SOLVERS": ("a dict {model.name: module name}", _name_map, False),
+    "SOLVERS": ("a dict {model.family: module name}", _name_map, False),
     "CONFIG": ('"config" (jobs.grid hashes <package>/config.py for its cache)', lambda v: v == "config", True),
     "FIGURES": ("a tuple of figure module names", _names, True),
     "THEORY": ("a module name or None", lambda v: v is None or isinstance(v, str) and bool(v), True),
@@ -241,7 +241,7 @@ def packages() -> list[ModuleType]:
     if len(loaded) != len(_checked) or any(a is not b for a, b in zip(loaded, _checked)):
         _raise({p.__name__: errs for p in loaded
                 if (errs := contract_errors(p) + (external_errors(p) if is_external(p) else []))})
-        _raise({**_unique(loaded, "PROBLEMS", "task.name"), **_unique(loaded, "SOLVERS", "model.name")})
+        _raise({**_unique(loaded, "PROBLEMS", "task.name"), **_unique(loaded, "SOLVERS", "model.family")})
         _raise(_clashes(loaded))
         _checked = tuple(loaded)
     return loaded

@@ -5,8 +5,8 @@ Frames (one per experiment, built from the complete records of the profile's gri
 - final:  one row per (key, replica) with columns experiment, key, replica (seed
   index r in the job), seed (= config.seed + r), n_seeds, the flattened config
   (``task.d``, ``model.m_c``, ``model.attention``, ``train.steps`` ...), the derived
-  quantities (``m``, ``eta``, ``n_params``; ``p``, ``q`` per replica) and one column
-  per final metric;
+  quantities (``m``, ``n_params``; ``p``, ``q`` per replica), how they were fitted (``lr``,
+  ``stop``, ``converged``, ``grad_rel`` ...) and one column per final metric;
 - curves: one row per (key, replica, step): the same identity columns, ``step`` and
   one column per logged curve;
 - arrays: one row per (key, replica, position): identity columns, ``position`` and
@@ -85,13 +85,14 @@ def n_replicas(record: dict) -> int:
 
 
 def final_rows(record: dict) -> pd.DataFrame:
-    """One row per replica: identity, derived quantities, final metrics."""
+    """One row per replica: identity, derived quantities, how they were fitted, final metrics."""
     n = n_replicas(record)
     cols = {k: [v] * n for k, v in identity(record).items()}
     cols["replica"] = list(range(n))
     cols["seed"] = [cols["base_seed"][0] + r for r in range(n)]
-    for k, v in record.get("derived", {}).items():
-        cols[k] = _per_replica(v, n, f"derived.{k}")
+    for part in ("derived", "fit"):
+        for k, v in record.get(part, {}).items():
+            cols[k] = _per_replica(v, n, f"{part}.{k}")
     for k, v in record["metrics"].items():
         cols[k] = _per_replica(v, n, f"metrics.{k}")
     return pd.DataFrame(cols)

@@ -137,7 +137,7 @@ class GridSweeper(BasicSweeper):
                 errors.append(f"{' '.join(job)}: {e}")
                 continue
             spec = training_job(cfg)
-            names = (cfg.task.name, cfg.model.name)
+            names = (cfg.task.name, cfg.model.family)
             (done if spec.state().done else pending).append((job, spec.key, cfg if keep else None, names))
             if time.monotonic() - last > PROGRESS_S:
                 last = time.monotonic()

@@ -24,7 +24,7 @@ ATTENTION_MAPS = {
 
 
 def step_unit(attention: str, d: int, m: int) -> float:
-    """The natural step size of the parametrisation; eta = eta0 * step_unit.
+    """The natural step size of the parametrisation; eta = lr * step_unit.
 
     softmax: the gradient at init is O(1/d^2), so one step needs eta ~ d^2 sqrt(m).
     linear, erf: gamma_i = O(1/sqrt(m)), the loss Hessian in theta is O((d/m)^2),

@@ -66,7 +66,7 @@ class XorAttentionModel:
     simplified model or the equivalent standard CLS-token transformer (see Form).
     """
 
-    name: str = "xor_attention"
+    family: str = "xor_attention"  # the model family build() dispatches on (softmax, linear, erf are options of it)
     attention: Attention = Attention.softmax
     m: Optional[int] = None
     m_c: float = 1.0
@@ -105,7 +105,7 @@ class KHeadAttentionModel:
     XorAttentionModel. ``norm_c`` = None draws unit-norm queries (paper A's init); a number
     rescales them to |theta_h(0)| = norm_c sqrt(m), initial scores of order norm_c."""
 
-    name: str = "k_head_attention"
+    family: str = "k_head_attention"
     attention: Attention = Attention.softmax
     m: Optional[int] = None
     m_c: float = 1.0
@@ -120,15 +120,15 @@ class KHeadAttentionModel:
 class FfnnModel:
     """Two-layer ReLU net f(x) = sum_j a_j ReLU(w_j . x + b_j) + c, width k: k(d+2)+1 parameters."""
 
-    name: str = "ffnn"
+    family: str = "ffnn"
     k: int = 8
 
 
 @dataclass
 class SparseXorTrainConfig(TrainConfig):
     """Paper A's training (every conf/train option its experiments use): the shared TrainConfig, with SGD's
-    step eta = eta0 * the attention's step unit (attention.step_unit: d^2 sqrt(m) for softmax, m^2/d^2 for
-    linear/erf; kheads.step_unit_k for k-sparse parity), and ``save_attention``: keep each head's attention
+    step eta = lr * the attention's step unit (attention.step_unit: d^2 sqrt(m) for softmax, m^2/d^2 for
+    linear/erf; kheads.step_unit_k for k-sparse parity; lr is SPEC's eta_0), and ``save_attention``: keep each head's attention
     on the d positions at the start and at the end (the record's arrays; figure xor_one_step_attention)."""
 
     save_attention: bool = False

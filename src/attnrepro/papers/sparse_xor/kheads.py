@@ -19,14 +19,14 @@ Initialisations (per replica, from that replica's generator: V first, then the q
 
 What was measured (population loss, 40 seeds, m = ceil(log2(d)^2), d = 16..256, k = 3, 4):
 - one step at unit norm succeeds only when the heads' favourite support positions happen to be
-  distinct (about 0.3 for k = 3, 0.05 for k = 4, any init, any eta0): at small scores the step
+  distinct (about 0.3 for k = 3, 0.05 for k = 4, any init, any lr): at small scores the step
   sends head h to argmax_p (s_{h,p} - mean_h' s_{h',p}), and collisions are frozen;
 - one step from "simplex" with norm = 0.7 sqrt(m) (scores of order 1, so the step follows the
-  soft assignment E_{hp} perm(E_{-h,-p}), E = exp(s)) and eta0 = 100: 0.72-0.90 (k = 3),
+  soft assignment E_{hp} perm(E_{-h,-p}), E = exp(s)) and lr = 100: 0.72-0.90 (k = 3),
   0.35-0.65 (k = 4), flat in d;
-- population GD from any of the inits at unit norm, eta0 = 1e-3 (k = 3) or 1e-4 (k = 4),
+- population GD from any of the inits at unit norm, lr = 1e-3 (k = 3) or 1e-4 (k = 4),
   succeeds in 0.93-1.00 of the seeds within ~50-150 (k = 3) or ~300-600 (k = 4) steps, the heads
-  one-to-one on S; larger eta0 jumps early and freezes collisions.
+  one-to-one on S; larger lr jumps early and freezes collisions.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ INITS = ("independent", "orthogonal", "simplex", "antisymmetric_pairs")
 
 
 def step_unit_k(attention: str, d: int, m: int, k: int) -> float:
-    """The natural step size of the k-head parametrisation; eta = eta0 * step_unit_k.
+    """The natural step size of the k-head parametrisation; eta = lr * step_unit_k.
 
     softmax: at init gamma_h = 1/d (1 + O(1/sqrt m)); the only non-uniform part of dL/dgamma_{h,i}
     is -(1 - 2 eps) times the (k-1) x (k-1) permanent minor for i in S, ~ (k-1)!/d^{k-1}
@@ -53,7 +53,7 @@ def step_unit_k(attention: str, d: int, m: int, k: int) -> float:
 
         step_unit_k = d^k sqrt(m) / (k-1)!
 
-    a step of eta0 moves them by eta0 sqrt(m), as paper A's d^2 sqrt(m) does for k = 2
+    a step of lr moves them by lr sqrt(m), as paper A's d^2 sqrt(m) does for k = 2
     (equal to attention.step_unit there).
     linear, erf: gamma_i = O(1/sqrt m), |gamma_h|^2 ~ d/m, the loss Hessian in theta is
     O((d/m)^k), so GD is stable for eta ~ (m/d)^k ((m/d)^2 for k = 2, as paper A).

@@ -50,8 +50,8 @@ class KParityProblem(nn.Module):
 def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     """The problem for (task, model, train) configs, and the derived quantities to record. Per replica:
     the support S first, then V and the queries (kheads.KHeadParityAttention.draw)."""
-    if model_cfg.name != "k_head_attention":
-        raise ValueError(f"model.name {model_cfg.name!r} does not fit task {task.name!r}")
+    if model_cfg.family != "k_head_attention":
+        raise ValueError(f"model.family {model_cfg.family!r} does not fit task {task.name!r}")
     dtype = getattr(torch, train.dtype.value)
     S = torch.tensor([K.draw_support_k(g, task.d, task.k) for g in gens])
     m = model_cfg.width(task.d)
@@ -59,5 +59,5 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     model = KHeadParityAttention.draw(gens, task.d, m, task.k, model_cfg.attention.value, model_cfg.init.value,
                                       dtype, norm=norm)
     unit = step_unit_k(model_cfg.attention.value, task.d, m, task.k) if train.optimizer.value == "sgd" else 1.0
-    return KParityProblem(model, S, task.noise), {"m": m, "eta": train.eta0 * unit, "n_params": task.k * m,
+    return KParityProblem(model, S, task.noise), {"m": m, "lr": train.lr * unit, "n_params": task.k * m,
                                                  "S": S.tolist()}

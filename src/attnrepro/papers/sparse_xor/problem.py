@@ -168,7 +168,7 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     supports = [X.draw_support(g, task.d) for g in gens]
     p = torch.tensor([s[0] for s in supports])
     q = torch.tensor([s[1] for s in supports])
-    if model_cfg.name == "xor_attention":
+    if model_cfg.family == "xor_attention":
         from attnrepro.papers.sparse_xor.attention import step_unit
 
         m = model_cfg.width(task.d)
@@ -182,17 +182,17 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
             samples = SampleSet.draw(gens, n, task.d, supports, task.noise, dtype)
             test = SampleSet.draw(gens, task.n_test, task.d, supports, 0.0, dtype)
         problem = XorAttentionProblem(model, p, q, task.noise, samples, train.chunk, train.save_attention, test)
-        # SGD steps in the model's unit (d^2 sqrt(m) for softmax); Adam is scale-free: eta = eta0
+        # SGD steps in the model's unit (d^2 sqrt(m) for softmax); Adam is scale-free: eta = lr
         unit = step_unit(model_cfg.attention.value, task.d, m) if train.optimizer.value == "sgd" else 1.0
-        return problem, {"m": m, "n": n, "eta": train.eta0 * unit, "n_params": 2 * m,
+        return problem, {"m": m, "n": n, "lr": train.lr * unit, "n_params": 2 * m,
                          "p": p.tolist(), "q": q.tolist()}
-    if model_cfg.name == "ffnn":
+    if model_cfg.family == "ffnn":
         from attnrepro.papers.sparse_xor.ffnn import n_params
 
         model = ReluFFNN.draw(gens, task.d, model_cfg.k, dtype)
         train_set = SampleSet.draw(gens, task.samples(), task.d, supports, task.noise, dtype)
         test_set = SampleSet.draw(gens, task.n_test, task.d, supports, 0.0, dtype)
         problem = XorFfnnProblem(model, train_set, test_set, train.chunk)
-        return problem, {"eta": train.eta0, "n_params": n_params(task.d, model_cfg.k),
+        return problem, {"lr": train.lr, "n_params": n_params(task.d, model_cfg.k),
                          "p": p.tolist(), "q": q.tolist()}
-    raise ValueError(f"model.name {model_cfg.name!r} does not fit task {task.name!r}")
+    raise ValueError(f"model.family {model_cfg.family!r} does not fit task {task.name!r}")

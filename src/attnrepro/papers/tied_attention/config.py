@@ -77,7 +77,7 @@ class TiedAttentionModel:
     N(0, init_scale^2).
     """
 
-    name: str = "tied_attention"
+    family: str = "tied_attention"  # the model family (tied_factorized, tied_direct are options of it)
     param: Param = Param.factorized
     kappa: float = 0.5
     beta: float = 1.0
@@ -100,7 +100,7 @@ class ExactFitModel:
     iteration cap (a seed with neither a fit nor a certificate there is "undecided"); ``log_every``:
     iterations between progress lines."""
 
-    name: str = "psd_exact_fit"
+    family: str = "psd_exact_fit"
     fit_tol: float = 1e-12
     gap_tol: float = 1e-6
     max_iter: int = 5000

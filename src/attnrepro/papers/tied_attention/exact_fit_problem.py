@@ -13,7 +13,7 @@ problem min_{S PSD} 1/2 |A(S) - t|^2 is solved by problems.psd_exact_fit, and th
   NaN = undecided at the iteration cap), loss_per_sample (the smallest residual per sample found),
   dual_bound_per_sample (its certified lower bound), gap, grad_map, max_abs_residual, iterations,
   rank_fraction (rank of S / d);
-- derived: n, Q0, status ("fit", "no_fit", "undecided") per seed;
+- derived: n, Q0; fit: status ("fit", "no_fit", "undecided") per seed;
 - arrays: the eigenvalues of S.
 """
 
@@ -44,7 +44,8 @@ def draw(task, gens: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def fit(cfg) -> dict:
-    """Solve every seed's problem; the record's derived quantities, metrics, arrays and timings."""
+    """Solve every seed's problem; the record's derived quantities, how each seed's solve ended (fit), metrics,
+    arrays and timings."""
     t0 = time.perf_counter()
     task, model = cfg.task, cfg.model
     S0, X, t = draw(task, replica_generators(cfg.seed, cfg.n_seeds))
@@ -65,7 +66,7 @@ def fit(cfg) -> dict:
     as_list = lambda v: v.detach().cpu().tolist()  # noqa: E731
     d = task.d
     return {
-        "derived": {"n": task.n(), "Q0": as_list((S0 ** 2).sum((-1, -2)) / d), "status": res.status},
+        "derived": {"n": task.n(), "Q0": as_list((S0 ** 2).sum((-1, -2)) / d)}, "fit": {"status": res.status},
         "metrics": {"fits": [code[s] for s in res.status], "loss_per_sample": as_list(res.loss_per_sample),
                     "dual_bound_per_sample": as_list(res.dual_bound_per_sample), "gap": as_list(res.gap),
                     "grad_map": as_list(res.grad_map), "max_abs_residual": as_list(res.max_abs_residual),

@@ -209,8 +209,8 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     the validation set, the training set; so a sweep over alpha keeps the target, the
     init and the held-out sets of each seed.
     """
-    if model_cfg.name != "tied_attention":
-        raise ValueError(f"model.name {model_cfg.name!r} does not fit task {task.name!r}")
+    if model_cfg.family != "tied_attention":
+        raise ValueError(f"model.family {model_cfg.family!r} does not fit task {task.name!r}")
     dtype = getattr(torch, train.dtype.value)
     d, T, n, p = task.d, task.T, task.n(), model_cfg.p(task.d)
     S0 = torch.stack([AI.draw_target(g, d, task.target.value, task.kappa0, task.gamma, task.eigenvalues)
@@ -222,6 +222,6 @@ def build(task, model_cfg, train, gens) -> tuple[nn.Module, dict]:
     train_set = SampleSet.draw(gens, S0, n, T, task.Delta, task.beta0, dtype)
     problem = TiedAttentionProblem(model, S0, train_set, val, test, train.chunk, target_rank(task))
     n_params = p * d if model_cfg.param.value == "factorized" else d * (d + 1) // 2
-    derived = {"eta": train.eta0, "n": n, "p": p, "p0": target_rank(task), "n_params": n_params,
+    derived = {"lr": train.lr, "n": n, "p": p, "p0": target_rank(task), "n_params": n_params,
                "Q0": ((S0**2).sum((-1, -2)) / d).tolist()}
     return problem, derived

@@ -83,7 +83,7 @@ def claims(table: pd.DataFrame, estimates: pd.DataFrame) -> list[Claim]:
 SPEC = register(FigureSpec(
     name=FIGURE, sources=(FIGURE,), table=table, plot=plot, claims=claims, estimates=estimates,
     caption="Left: fraction of seeds with population loss < 0.01 after one population step (softmax, "
-            "antisymmetric init, eta = eta0 d^2 sqrt(m)) on the (d, m) grid, m = ceil(m_c log2(d)^2), with "
+            "antisymmetric init, eta = lr d^2 sqrt(m)) on the (d, m) grid, m = ceil(m_c log2(d)^2), with "
             "the curve m = log2(d)^2. Right: m needed for 50% and 90% success (log-linear interpolation in m "
             "between grid points; hollow = reached at the smallest m of the grid, an upper bound left out of "
             "the fits), 95% seed-bootstrap intervals, with a power-law fit m ~ d^c and a polylog fit "
