@@ -73,11 +73,12 @@ class ScalingLawSettings:
     rule of 2^`rule_points` nodes (the quick profile's: an exponent over a decade of n/d needs the
     errors to ~1e-3, not the 2^16 rule's accuracy). tuned_d: the d per profile of the same window at the
     lambda tuned per n (theory curve scaling_law_tuned_lambda: about 10 solves per alpha, each 5-20 s on
-    one core at d = 400-1000, so fewer d than the fixed lambda's)."""
+    one core at d = 400-1000 and 20-200 s at d = 4000, about 22 minutes per curve there; so fewer d than the
+    fixed lambda's)."""
 
     d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
                                                              "paper": [400, 1000, 4000, 10000]})
-    tuned_d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [], "paper": [400, 1000]})
+    tuned_d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [], "paper": [400, 1000, 4000]})
     tuned_xatol: float = 0.1  # lambda* to +-10% (log lambda to 0.1): the test error is flat to ~1e-4 there
     n_over_d_min: float = 4.0
     alpha_max: float = 0.05
