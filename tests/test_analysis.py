@@ -227,6 +227,23 @@ def test_tables_one_row_per_key_and_replica(fake_outputs):
     assert len(arrays) == d * len(per_seed) and arrays["key"].nunique() == 2 and "gamma_tilde_init" in arrays
 
 
+def test_a_training_record_of_the_older_layout_reads_as_stale(tmp_path, smoke_grid_cache):
+    """A record written before the layout moved the stop reasons to `fit` and model.name to model.family
+    (layout 1) is stale, with the reason, not corrupt and not complete; the same record in layout 2 is
+    complete."""
+    from attnrepro.jobs.job import Status
+    from attnrepro.jobs.training import record_state
+
+    ov, key, cfg = _jobs("xor_phase_dm")[0]
+    rec = _fake_record("xor_phase_dm", ov, key, cfg)
+    path = record_path(tmp_path, "xor_phase_dm", key)
+    assert record_state(path, rec).status is Status.complete
+    old_model = {("name" if k == "family" else k): v for k, v in rec["config"]["model"].items()}
+    old = {**rec, "schema": 1, "config": {**rec["config"], "model": old_model}}
+    state = record_state(path, old)
+    assert state.status is Status.stale and "record layout 1" in state.reason
+
+
 def test_malformed_complete_record_is_listed_not_raised():
     rec = {"schema": 1, "key": "k", "experiment": "e", "status": "complete",
            "config": {"task": {"d": 4}, "seed": 0, "n_seeds": 2}, "metrics": {"loss": [0.1, 0.2, 0.3]}}
