@@ -405,10 +405,10 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
             cpu = time.process_time()
             _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}", *overrides])
             job_s = time.process_time() - cpu  # CPU seconds: core-seconds on one thread, on a busy machine too
-            der, t = rec["fit"], rec["timings"]
+            fitted, t = rec["fit"], rec["timings"]
             rows.append({"protocol": protocol, "point": f"{experiment} {' '.join(point[:2])}", "s": job_s,
                          "steps": t["steps"], "coarse_steps": t.get("coarse_steps", 0),
-                         "grad_rel": max(der["grad_rel"]), "converged": sum(der["converged"]),
+                         "grad_rel": max(fitted["grad_rel"]), "converged": sum(fitted["converged"]),
                          "test_error": rec["metrics"]["test_error"]})
             print(f"[tied_slice] {protocol:18s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
                   f"test {rows[-1]['test_error']}", file=sys.stderr, flush=True)

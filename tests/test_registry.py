@@ -4,6 +4,7 @@ figure reads is wasted compute; a source with no sweep is a figure that can neve
 Every paper package meets the contract of docs/adding_a_paper.md (papers.packages() refuses one that
 does not, naming it and what it lacks), its numerical tests included."""
 
+import dataclasses
 import importlib.util
 import sys
 import types
@@ -112,6 +113,18 @@ def test_error_vs_alpha_trains_lambda_zero_by_adam_and_lambda_above_zero_to_the_
 # ---------------------------------------------------------------- the paper package contract
 
 FAKE = "fake_ridge"
+
+
+@dataclasses.dataclass
+class RidgeTask:
+    name: str = "ridge"
+
+
+@dataclasses.dataclass
+class RidgeModel:
+    family: str = "ridge_linear"
+
+
 REAL = papers.PACKAGES
 DOC = Path(__file__).resolve().parents[1] / "docs" / "adding_a_paper.md"
 
@@ -126,7 +139,7 @@ def fake_paper(monkeypatch, drop=(), config_drop=(), packages=None, schemas=None
         if name not in drop:
             setattr(package, name, value)
     config = types.ModuleType(f"{package.__name__}.config")
-    parts = {"SCHEMAS": schemas or {"task": {"ridge_schema": object}, "model": {"ridge_model_schema": object}},
+    parts = {"SCHEMAS": schemas or {"task": {"ridge_schema": RidgeTask}, "model": {"ridge_model_schema": RidgeModel}},
              "checks": lambda cfg, need: None, "RESOLVERS": {}}
     for name, value in parts.items():
         if name not in config_drop:
@@ -215,6 +228,19 @@ def test_a_config_module_lacking_a_part_is_refused_naming_it(monkeypatch, attr):
     fake_paper(monkeypatch, config_drop=(attr,))
     message = refused(papers.config_modules)
     assert f"paper config module attnrepro.papers.{FAKE}.config: missing {attr} (" in message, message
+
+
+def test_a_model_schema_without_a_family_is_refused_naming_it(monkeypatch):
+    """A model schema of the older layout (its family in `name`) is refused at registration, in one line, not
+    met later as an AttributeError inside a job."""
+    @dataclasses.dataclass
+    class OldRidgeModel:
+        name: str = "ridge_linear"
+
+    fake_paper(monkeypatch, schemas={"task": {"ridge_schema": RidgeTask}, "model": {"ridge_model_schema": OldRidgeModel}})
+    message = refused(papers.config_modules)
+    assert f"paper config module attnrepro.papers.{FAKE}.config: model schema ridge_model_schema has no field " \
+           "`family: str" in message, message
 
 
 def test_a_schema_name_another_paper_declares_is_refused(monkeypatch):

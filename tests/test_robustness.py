@@ -162,8 +162,8 @@ def test_divergence_fails_its_job_and_the_sweep_goes_on(tmp_path):
     assert "1 of 2 jobs failed" in last and "train.lr=1000000.0" in last and "lr=0.1" not in last
     assert run_train(tmp_path, *sweep, "accept_failed=true").returncode == 0
     records = valid_records(tmp_path, VARIANTS)
-    by_eta = {rec["config"]["train"]["lr"]: rec for rec in records.values()}
-    failed, ok = by_eta[1e6], by_eta[0.1]
+    by_lr = {rec["config"]["train"]["lr"]: rec for rec in records.values()}
+    failed, ok = by_lr[1e6], by_lr[0.1]
     assert failed["status"] == "failed" and "metrics" not in failed
     assert "Divergence" in failed["reason"] and "non-finite" in failed["reason"]
     assert ok["status"] == "complete"

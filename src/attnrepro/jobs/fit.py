@@ -36,6 +36,9 @@ def train(cfg, trainer_cfg):
     tc = cfg.train
     build = builder(cfg.task.name)
     problem, derived = build(cfg.task, cfg.model, tc, replica_generators(cfg.seed, cfg.n_seeds))
+    if "lr" not in derived:
+        raise ValueError(f"build() of task {cfg.task.name} returned no derived['lr'], the learning rate "
+                         "(docs/adding_a_paper.md; named 'eta' before record layout 2)")
     lr = derived["lr"]
     derived, fitted = {k: v for k, v in derived.items() if k != "lr"}, {"lr": lr}
 

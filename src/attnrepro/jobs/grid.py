@@ -198,7 +198,7 @@ def _cache(experiment: str, profile: str, extra: tuple[str, ...], outputs: str) 
 
 def store_expected(experiment: str, profile: str, outputs: str, jobs: list[tuple[list[str], str, str, str]]) -> None:
     """Write what expected_jobs(experiment, profile) would compute, [(overrides, key, task name, model
-    name)] in the grid's order, from a sweep that composed every job anyway (the grid sweeper)."""
+    family)] in the grid's order, from a sweep that composed every job anyway (the grid sweeper)."""
     from attnrepro.jobs.records import atomic_write
 
     atomic_write(_cache(experiment, profile, (), outputs), lambda f: json.dump(jobs, f))
@@ -206,7 +206,7 @@ def store_expected(experiment: str, profile: str, outputs: str, jobs: list[tuple
 
 @functools.lru_cache(maxsize=None)
 def _expected_jobs(experiment: str, profile: str, extra: tuple[str, ...], outputs: str):
-    """[(overrides, key, task name, model name)] of the sweep, cached on disk (see the module docstring)."""
+    """[(overrides, key, task name, model family)] of the sweep, cached on disk (see the module docstring)."""
     from attnrepro.jobs.records import atomic_write
     from attnrepro.jobs.training import job_key
 

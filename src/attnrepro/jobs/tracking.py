@@ -3,8 +3,8 @@
 W&B is optional and never needed to reproduce a figure. With ``logger=wandb``
 each job becomes one W&B run (``job_type="train"``, named by the job's key)
 in one group per sweep, holding the job's resolved config, its curves (mean
-and per seed), and a summary (status, reason, final metrics, derived
-scalars); the run is finished after the job, so a multirun gives one W&B run
+and per seed), and a summary (status, reason, final metrics, derived and
+fit scalars); the run is finished after the job, so a multirun gives one W&B run
 per job. The figures stage logs its figures and claims table to one more run
 (``job_type="report"``) with :func:`log_report`.
 

@@ -1,7 +1,7 @@
 """Training jobs: one grid point (all its seeds as replicas), its key the hash of its semantic config.
 
-Record: <outputs>/runs/<experiment>/<key>/record.json (jobs.job), with the derived quantities,
-final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.SOLVERS).
+Record: <outputs>/runs/<experiment>/<key>/record.json (jobs.job), with the derived quantities, how they
+were fitted (fit), final metrics, curves and arrays of jobs.fit (or of the model's solver, papers.SOLVERS).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def job_key(cfg: DictConfig) -> str:
     return digest(semantic_config(cfg))
 
 
-def roots(task_name: str, model_name: str) -> tuple[str, ...]:
+def roots(task_name: str, model_family: str) -> tuple[str, ...]:
     """The modules a training record's numbers come from: the solver, or the trainer and the problem, and
     the paper's config schemas (their methods give n, p, m from the parameters)."""
-    solver = solver_module(model_name)
+    solver = solver_module(model_family)
     module = solver or problem_module(task_name)
     package = importlib.import_module(module.rsplit(".", 1)[0])
     config = f"{package.__name__}.{package.CONFIG}"
@@ -49,8 +49,9 @@ def training_job(cfg: DictConfig) -> Job:
 
 
 def record_state(path: Path, record: dict) -> State:
-    """The state of a training record read from disk, its roots named by its own config."""
-    if record.get("schema", 1) < SCHEMA:
+    """The state of a training record read from disk, its roots named by its own config; a complete record of
+    an older layout (jobs.records.SCHEMA) is stale."""
+    if record.get("status") == "complete" and record.get("schema", 1) < SCHEMA:
         return State(Status.stale, record, f"record layout {record.get('schema', 1)}, older than {SCHEMA}")
     names = record["config"]["task"]["name"], record["config"]["model"]["family"]
     return state_of(path, path.parent.name, roots(*names), record)

@@ -273,15 +273,26 @@ def owner(module: str) -> ModuleType | None:
     return next((p for p in packages() if module == p.__name__ or module.startswith(f"{p.__name__}.")), None)
 
 
+def _familyless(models: dict) -> list[str]:
+    """The model schemas without a field ``family: str = "<family>"`` (it was ``name`` before 2026-12-04)."""
+    def family(cls) -> object:
+        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        return fields["family"].default if "family" in fields else None
+
+    return [f"model schema {schema} has no field `family: str = \"<its family>\"` (what build and SOLVERS dispatch "
+            f"on; named `name` before record layout 2)" for schema, cls in models.items()
+            if not isinstance(family(cls), str)]
+
+
 def submodule(package: ModuleType, name: str) -> ModuleType:
     return importlib.import_module(f"{package.__name__}.{name}")
 
 
-def solver_module(model_name: str) -> str | None:
+def solver_module(model_family: str) -> str | None:
     """The module that solves a model (a paper's SOLVERS), or None: the model is trained."""
     for package in packages():
-        if model_name in getattr(package, "SOLVERS", {}):
-            return f"{package.__name__}.{package.SOLVERS[model_name]}"
+        if model_family in getattr(package, "SOLVERS", {}):
+            return f"{package.__name__}.{package.SOLVERS[model_family]}"
     return None
 
 
@@ -299,11 +310,14 @@ def builder(task_name: str):
 
 
 def config_modules() -> list[ModuleType]:
-    """Every paper's config module, each checked (SCHEMAS, checks, RESOLVERS; a schema name per group
-    declared by one paper only: Hydra's ConfigStore would keep the last silently)."""
+    """Every paper's config module, each checked (SCHEMAS, checks, RESOLVERS; every model schema a dataclass
+    with a str default ``family``, what build and SOLVERS dispatch on; a schema name per group declared by
+    one paper only: Hydra's ConfigStore would keep the last silently)."""
     modules = [submodule(package, package.CONFIG) for package in packages()]
     errors = {m.__name__: errs for m in modules if (errs := _problems(m, CONFIG_CONTRACT, {}))}
     _raise(errors, "paper config module")
+    _raise({m.__name__: errs for m in modules if (errs := _familyless(m.SCHEMAS.get("model", {})))},
+           "paper config module")
     owners: dict[tuple[str, str], list[str]] = {}
     for m in modules:
         for group, entries in m.SCHEMAS.items():

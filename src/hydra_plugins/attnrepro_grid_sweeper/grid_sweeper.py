@@ -123,7 +123,7 @@ class GridSweeper(BasicSweeper):
 
     def _compose(self, jobs: List[List[str]], keep: bool) -> tuple[list, list, list]:
         """(config errors, pending, done): every job composed and validated, as (overrides, key, config,
-        (task name, model name)); the config is kept when `keep`, else None (launch composes it again)."""
+        (task name, model family)); the config is kept when `keep`, else None (launch composes it again)."""
         from attnrepro.config import ConfigError, validate
         from attnrepro.jobs.training import training_job
 
