@@ -237,7 +237,8 @@ def test_a_model_schema_without_a_family_is_refused_naming_it(monkeypatch):
     class OldRidgeModel:
         name: str = "ridge_linear"
 
-    fake_paper(monkeypatch, schemas={"task": {"ridge_schema": RidgeTask}, "model": {"ridge_model_schema": OldRidgeModel}})
+    fake_paper(monkeypatch, schemas={"task": {"ridge_schema": RidgeTask},
+                                     "model": {"ridge_model_schema": OldRidgeModel}})
     message = refused(papers.config_modules)
     assert f"paper config module attnrepro.papers.{FAKE}.config: model schema ridge_model_schema has no field " \
            "`family: str" in message, message

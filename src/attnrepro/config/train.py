@@ -30,8 +30,8 @@ class TrainConfig:
     ``lr``: the learning rate in the step unit the problem defines. The optimiser's learning rate is
     derived["lr"] of the problem's build(), lr times that unit: 1 for Adam and L-BFGS (absolute units), and
     for SGD the model's natural scale where the paper defines one (paper A: d^2 sqrt(m) for softmax
-    attention, so that lr is SPEC's eta_0 in eta = eta_0 d^2 sqrt(m)). A paper adds its own training fields by extending this schema (paper A:
-    papers.sparse_xor.config.SparseXorTrainConfig). Early stop once every
+    attention, so that lr is SPEC's eta_0 in eta = eta_0 d^2 sqrt(m)). A paper adds its own training fields
+    by extending this schema (paper A: papers.sparse_xor.config.SparseXorTrainConfig). Early stop once every
     seed has converged (relative gradient ||grad L|| ||theta|| / |L_0| <= tol_grad)
     or stalled (relative objective change between logs < tol); 0 disables each. Neither counts
     while a seed's objective is within tol_move (relative) of its initial value.

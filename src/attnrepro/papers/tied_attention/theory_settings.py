@@ -78,7 +78,8 @@ class ScalingLawSettings:
 
     d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
                                                              "paper": [400, 1000, 4000, 10000]})
-    tuned_d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [], "paper": [400, 1000, 4000]})
+    tuned_d: Dict[str, List[int]] = field(default_factory=lambda: {"smoke": [], "quick": [],
+                                                                   "paper": [400, 1000, 4000]})
     tuned_xatol: float = 0.1  # lambda* to +-10% (log lambda to 0.1): the test error is flat to ~1e-4 there
     n_over_d_min: float = 4.0
     alpha_max: float = 0.05
