@@ -128,8 +128,9 @@ class FfnnModel:
 class SparseXorTrainConfig(TrainConfig):
     """Paper A's training (every conf/train option its experiments use): the shared TrainConfig, with SGD's
     step eta = lr * the attention's step unit (attention.step_unit: d^2 sqrt(m) for softmax, m^2/d^2 for
-    linear/erf; kheads.step_unit_k for k-sparse parity; lr is SPEC's eta_0), and ``save_attention``: keep each
-    head's attention on the d positions at the start and at the end (the record's arrays; figure xor_one_step_attention)."""
+    linear/erf; kheads.step_unit_k for k-sparse parity; lr is SPEC's eta_0), and ``save_attention``: keep
+    each head's attention on the d positions at the start and at the end (the record's arrays; figure
+    xor_one_step_attention)."""
 
     save_attention: bool = False
 
