@@ -621,6 +621,39 @@ def test_scaling_law_tuned_simulation_chooses_lambda_on_validation_error():
                                                                                if "tuned_sim" in i)
 
 
+def test_the_scaling_laws_theory_alone_makes_its_claims():
+    """tied_scaling_laws is theory_alone: at paper scale its state evolution (d = 400 ... 10^4) is the test of
+    the law, with or without simulations. On synthetic curves with known laws (tuned: 0.2 (n/d)^c; fixed: that
+    signal part plus a bulk part 0.5 (n/d^2)^0.6, the same function of n/d^2 at both d) the theory claims
+    measure c and the bulk law exactly, and the simulation claims say 'not enough data'."""
+    from attnrepro.report.figure_spec import render, specs
+
+    rows = []
+    for g in (1.5, 2.0):
+        c = -1 + 1 / (2 * g)
+        for d in (1000, 4000):
+            x = np.geomspace(4, 0.05 * d, 8)
+            common = {"source": "theory", "task.gamma": g, "task.d": d, "task.alpha": x / d, "n_over_d": x,
+                      "converged": True}
+            bulk = 0.5 * (x / d) ** 0.6
+            rows.append(pd.DataFrame({**common, "protocol": "fixed", "e_signal": 0.2 * x ** c, "e_bulk": bulk,
+                                      "test_error": 0.2 * x ** c + bulk}))
+            rows.append(pd.DataFrame({**common, "protocol": "tuned", "test_error": 0.2 * x ** c, "at_bound": False,
+                                      "lam_star": 0.01}))
+    spec = specs(["tied_scaling_laws"])[0]
+    out = render(spec, pd.concat(rows, ignore_index=True))
+    assert out.errors == [] and out.figure is not None
+    claims = {c.id.removeprefix("tied_scaling_laws/"): c for c in out.claims}
+    for g in (1.5, 2.0):
+        c = -1 + 1 / (2 * g)
+        for name in ("tuned_exponent", "signal_exponent"):
+            claim = claims[f"{name}/gamma={g:g}"]
+            assert claim.measured == pytest.approx(c, abs=1e-9) and claim.holds and "d = 4000" in claim.claim
+        assert claims[f"bulk_law/gamma={g:g}"].measured == pytest.approx(0, abs=1e-9)
+    assert claims["tuned_exponent_steepens"].holds
+    assert claims["exponent_steepens"].detail.startswith("not enough data")
+
+
 def test_a_table_of_theory_rows_alone_is_drawn_as_missing_data(fake_tied_outputs):
     """Every job of a figure's sweeps failed (the first GPU run: every paper-B job), so its table holds the
     theory curves and no simulation row: the figure is a placeholder and its claims say 'not enough data',

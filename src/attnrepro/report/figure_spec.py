@@ -36,6 +36,7 @@ class FigureSpec:
     plot: Callable[[pd.DataFrame, Estimates], Figure]
     claims: Callable[[pd.DataFrame, Estimates], list[Claim]]
     estimates: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    theory_alone: bool = False  # its estimates, plot and claims stand on theory rows without simulation rows
 
     def estimate(self, table: pd.DataFrame) -> Estimates:
         """The figure's estimates on the table (None when it has none)."""
@@ -84,14 +85,16 @@ class Rendered:
 
 def render(spec: FigureSpec, table: pd.DataFrame | None) -> Rendered:
     """estimates, plot and claims of a spec on its table; an empty or absent table, or one with theory
-    rows and no simulation row (every job of its sweeps failed or not run), gives a placeholder figure
-    and the claims' 'not enough data' rows. A failing step is reported, not raised (failing estimates
-    leave a placeholder and no claims); so are missing, foreign or duplicate claim ids."""
+    rows and no simulation row (every job of its sweeps failed or not run) unless the spec is
+    ``theory_alone``, gives a placeholder figure and the claims' 'not enough data' rows. A failing step is
+    reported, not raised (failing estimates leave a placeholder and no claims); so are missing, foreign or
+    duplicate claim ids."""
     from attnrepro.report.plotting import placeholder
     from attnrepro.report.series import SIMULATION, SOURCE
 
     out, empty = Rendered(spec, None), "no data: run the sweep"
-    if table is not None and SOURCE in table and not table.empty and not (table[SOURCE] == SIMULATION).any():
+    if (table is not None and SOURCE in table and not table.empty and not (table[SOURCE] == SIMULATION).any()
+            and not spec.theory_alone):
         table, empty = None, "no simulation record (theory only): run the sweep"
     if table is None:
         try:

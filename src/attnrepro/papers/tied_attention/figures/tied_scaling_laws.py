@@ -479,6 +479,7 @@ def _window(estimates: pd.DataFrame, keys: dict) -> tuple[float, float]:
 
 SPEC = register(FigureSpec(
     name=FIGURE, sources=(FIGURE, TUNED_RUNS), table=table, plot=plot, claims=claims, estimates=estimates,
+    theory_alone=True,  # the state evolution at d = 400 ... 10^4 is the paper profile's test of the law
     caption="Power-law targets S0 = O diag(√d i^-γ) Oᵀ, factorized student with p = d, noisy training labels "
             "(Δ = 0.5), d << n << d², under three protocols. Test error on fresh noiseless samples (e0 = 0: β = β0, "
             "noiseless test labels, so the excess error is the test error itself). (a) Top left: fixed λ = 1e-3 "
