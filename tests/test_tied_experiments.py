@@ -625,7 +625,8 @@ def test_the_scaling_laws_theory_alone_makes_its_claims():
     """tied_scaling_laws is theory_alone: at paper scale its state evolution (d = 400 ... 10^4) is the test of
     the law, with or without simulations. On synthetic curves with known laws (tuned: 0.2 (n/d)^c; fixed: that
     signal part plus a bulk part 0.5 (n/d^2)^0.6, the same function of n/d^2 at both d) the theory claims
-    measure c and the bulk law exactly, and the simulation claims say 'not enough data'."""
+    measure c and the bulk law exactly (a failed tuned point left out, and counted), and the simulation claims
+    say 'not enough data'."""
     from attnrepro.report.figure_spec import render, specs
 
     rows = []
@@ -638,8 +639,10 @@ def test_the_scaling_laws_theory_alone_makes_its_claims():
             bulk = 0.5 * (x / d) ** 0.6
             rows.append(pd.DataFrame({**common, "protocol": "fixed", "e_signal": 0.2 * x ** c, "e_bulk": bulk,
                                       "test_error": 0.2 * x ** c + bulk}))
-            rows.append(pd.DataFrame({**common, "protocol": "tuned", "test_error": 0.2 * x ** c, "at_bound": False,
-                                      "lam_star": 0.01}))
+            tuned = pd.DataFrame({**common, "protocol": "tuned", "test_error": 0.2 * x ** c, "at_bound": False,
+                                  "lam_star": 0.01})
+            tuned.loc[0, ["converged", "test_error"]] = [False, np.nan]  # a failed search: left out, and said
+            rows.append(tuned)
     spec = specs(["tied_scaling_laws"])[0]
     out = render(spec, pd.concat(rows, ignore_index=True))
     assert out.errors == [] and out.figure is not None
@@ -649,6 +652,9 @@ def test_the_scaling_laws_theory_alone_makes_its_claims():
         for name in ("tuned_exponent", "signal_exponent"):
             claim = claims[f"{name}/gamma={g:g}"]
             assert claim.measured == pytest.approx(c, abs=1e-9) and claim.holds and "d = 4000" in claim.claim
+        tuned = claims[f"tuned_exponent/gamma={g:g}"].detail
+        assert tuned.startswith("fit over n/d in [6.99, 200] (converged points; 1 of the window's points did not "
+                                "converge, left out)"), tuned
         assert claims[f"bulk_law/gamma={g:g}"].measured == pytest.approx(0, abs=1e-9)
     assert claims["tuned_exponent_steepens"].holds
     assert claims["exponent_steepens"].detail.startswith("not enough data")

@@ -19,6 +19,8 @@ rising bulk law (learned_spectrum.LearnedSpectrum.error_split): a crossover, not
 (b) lambda tuned per n (curve scaling_law_tuned_lambda: lambda* minimises the test error over lambda in
 [1e-4, 30]): "tuned_slope" and "tuned_intercept" of its test error over the whole window,
 "tuned_at_bound" (points whose lambda* is the search's lower bound 1e-4: the lambda -> 0+ plateau);
+for (b) and (c) also "<name>_fit_min", "<name>_fit_max" (the n/d fitted: converged points only) and
+"<name>_left_out" (points of the window that did not converge);
 (c) the signal part of the fixed-lambda estimation error (e_signal: the recovered outliers plus the
 unrecovered target; e_bulk: what fitting along the learned bulk adds): "signal_slope" over the whole
 window; and the bulk law, "bulk_slope" and "bulk_intercept" of e_bulk ~ B (n/d^2)^b per d, and per gamma
@@ -168,16 +170,25 @@ def _protocol_estimates(th: pd.DataFrame, g: float, d: float) -> list[dict]:
         out.append(est.row("theory_minimum", x[int(np.nanargmin(fixed["test_error"].to_numpy(float)))], **keys))
         if "e_signal" in fixed:
             fit, lo, hi = _law(x, fixed["e_signal"].to_numpy(float))
-            out.append(est.row("signal_slope", fit.slope, lo, hi, **keys))
+            out += [est.row("signal_slope", fit.slope, lo, hi, **keys),
+                    *_fitted("signal_slope", x, len(here[here[PROTOCOL] == "fixed"]) - len(fixed), keys)]
             fit, lo, hi = _law(x / d, fixed["e_bulk"].to_numpy(float))
             out += [est.row("bulk_slope", fit.slope, lo, hi, **keys), est.row("bulk_intercept", fit.intercept, **keys)]
     tuned = _converged(here[here[PROTOCOL] == "tuned"]).sort_values("n_over_d")
     if len(tuned):
         fit, lo, hi = _law(tuned["n_over_d"].to_numpy(float), tuned["test_error"].to_numpy(float))
         out += [est.row("tuned_slope", fit.slope, lo, hi, **keys),
+                *_fitted("tuned_slope", tuned["n_over_d"].to_numpy(float),
+                         len(here[here[PROTOCOL] == "tuned"]) - len(tuned), keys),
                 est.row("tuned_intercept", fit.intercept, **keys),
                 est.row("tuned_at_bound", int(tuned["at_bound"].astype(bool).sum()), **keys)]
     return out
+
+
+def _fitted(name: str, x: np.ndarray, left_out: int, keys: dict) -> list[dict]:
+    """The n/d range a fit used and the window's points it left out (not converged)."""
+    return [est.row(f"{name}_fit_min", x.min(), **keys), est.row(f"{name}_fit_max", x.max(), **keys),
+            est.row(f"{name}_left_out", left_out, **keys)]
 
 
 def _bulk_collapse(th: pd.DataFrame, g: float) -> list[dict]:
@@ -443,17 +454,20 @@ def _theory_claims(estimates: pd.DataFrame) -> list[Claim]:
             dd = _largest_d(estimates, name, g)
             if not np.isfinite(dd):
                 continue
-            slope, lo, hi = est.get(estimates, name, **{**at_g, "task.d": dd})
-            w_lo, w_hi = _window(estimates, {**at_g, "task.d": dd})
+            at_d = {**at_g, "task.d": dd}
+            slope, lo, hi = est.get(estimates, name, **at_d)
+            f_lo, f_hi, left_out = (est.value(estimates, f"{name}_{v}", **at_d) for v in ("fit_min", "fit_max",
+                                                                                           "left_out"))
             extra = (f"; λ* at the lower bound 1e-4 (the λ → 0⁺ plateau) at "
-                     f"{int(est.value(estimates, 'tuned_at_bound', **{**at_g, 'task.d': dd}))} points"
+                     f"{int(est.value(estimates, 'tuned_at_bound', **at_d))} points"
                      if name == "tuned_slope" else "")
             if name == "tuned_slope":
                 tuned_slopes.append(slope)
             out.append(judge(FIGURE, f"γ = {g:g}, {protocol}, state evolution at d = {dd:g}: {what} ~ (n/d)^c with c "
                                      f"within 0.1 of -1 + 1/(2γ) = {fmt(pred)}", slope,
                              lambda v, p=pred: abs(v - p) <= 0.1, interval(lo, hi, "range of local slopes"),
-                             f"fit over n/d in [{fmt(w_lo)}, {fmt(w_hi)}] (converged points); by d: "
+                             f"fit over n/d in [{fmt(f_lo)}, {fmt(f_hi)}] (converged points; "
+                             f"{int(left_out)} of the window's points did not converge, left out); by d: "
                              f"{_per_d(estimates, name, g)}{extra}",
                              key=claim_key(name.replace("_slope", "_exponent"), gamma=g)))
         spread, lo_x, hi_x = est.get(estimates, "bulk_collapse", **at_g)
