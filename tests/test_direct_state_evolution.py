@@ -350,3 +350,40 @@ def test_the_lambda_search_leaves_a_plateau_to_the_left():
     g = lambda x: 1.0 if x > -3.5 else 2.0  # noqa: E731
     x, _ = _minimise(g, math.log(1e-4), math.log(30.0), math.log(0.1), 0.5, 0.02)
     assert g(x) == 1.0
+
+
+def test_a_far_warm_start_that_fails_is_bridged_by_midpoints(monkeypatch):
+    """At d >= 4000 the tuned-lambda search's doubling walk jumped 7.4x in lambda (0.0224 -> 0.00302) from a
+    warm start, and the solve failed; through 0.0082 it converged. _AlongLambda.row now solves the midpoint (in
+    log lambda) first and retries. Here every solve warm-started from more than 0.6 away in log lambda fails (a
+    stand-in for the far warm start); a jump of 2 must then converge through bridges at 0.5, 1 and 1.5 of it, to
+    the fixed point solved cold (direct_state_evolution at that lambda alone); with the bridges off, it fails."""
+    from attnrepro.theory import direct_state_evolution as dse
+    from attnrepro.theory.erm_curve import softmax_channel
+
+    real = dse._AlongLambda._solve
+
+    def far_fails(self, log_lam, near):
+        if near and min(abs(k - log_lam) for k in near) > 0.6:
+            return {"alpha": self.alpha, "lam": math.exp(log_lam), "method": "failed", "converged": False,
+                    "reason": "NotConverged: far warm start", "seconds": 0.0}, None
+        return real(self, log_lam, near)
+
+    monkeypatch.setattr(dse._AlongLambda, "_solve", far_fails)
+    alpha, start, jump = 0.2, math.log(0.1), 2.0
+    along = lambda: dse._AlongLambda("direct", LAW, softmax_channel(LAW, 2, DELTA, points=10), alpha, KAPPA,  # noqa: E731
+                                     1e-7, 40, 200, False)
+    a = along()
+    assert a.row(start)["converged"]
+    row = a.row(start - jump)
+    assert row["converged"], row["reason"]
+    assert row["bridged"] == pytest.approx(math.exp(start - 3 * jump / 4))
+    assert sorted(a.rows) == pytest.approx([start - jump * f for f in (1, 0.75, 0.5, 0.25, 0)])
+    cold = direct_state_evolution([alpha], math.exp(start - jump), kappa=KAPPA, points=10, tol=1e-7)[0]
+    assert cold["converged"], cold["reason"]
+    assert row["test_error"] == pytest.approx(cold["test_error"], rel=1e-6)
+
+    monkeypatch.setattr(dse, "BRIDGE_DEPTH", 0)
+    b = along()
+    b.row(start)
+    assert not b.row(start - jump)["converged"]

@@ -312,6 +312,9 @@ class DirectLearnedSpectrum:
 MAPS = {"factorized": se.FixedPointMap, "direct": DirectFixedPointMap}  # optimal_lambda_curve's models
 
 
+BRIDGE, BRIDGE_DEPTH = 0.25, 3  # the largest warm-start step in log lambda kept without a bridge; its depth
+
+
 class _AlongLambda:
     """The state evolution of one student at one alpha as a function of log lambda, each solve warm-started from
     the nearest solved lambda; rows cached by log lambda."""
@@ -326,12 +329,38 @@ class _AlongLambda:
     def _map(self, lam):
         return MAPS[self.model](self.law, self.channel, self.alpha, lam, self.kappa, self.nodes)
 
-    def row(self, log_lam: float) -> dict:
+    def row(self, log_lam: float, depth: int = 0) -> dict:
+        """The solve at lambda = exp(log_lam), warm-started from the nearest converged lambda. While that solve
+        fails and its warm start is more than BRIDGE away in log lambda, the midpoint is solved first (itself so,
+        at most BRIDGE_DEPTH deep) and the solve retried from it: the searches' doubling walk jumps by up to a
+        factor e^4 in lambda, further than a warm start reaches at small lambda."""
         if log_lam in self.rows:
             return self.rows[log_lam]
-        lam = math.exp(log_lam)
         near = sorted((k for k, r in self.rows.items() if r["converged"] and r["method"] in ("newton", "damped")),
                       key=lambda k: abs(k - log_lam))[:1]
+        row, jac = self._solve(log_lam, near)
+        seconds = row["seconds"]
+        while not row["converged"] and near and abs(near[0] - log_lam) > BRIDGE and depth < BRIDGE_DEPTH:
+            near = [(near[0] + log_lam) / 2]
+            if not self.row(near[0], depth + 1)["converged"]:
+                break
+            row, jac = self._solve(log_lam, near)
+            seconds += row["seconds"]
+            row["bridged"] = math.exp(near[0])
+        row["seconds"] = seconds
+        self.rows[log_lam] = row
+        if jac is not None:
+            self.jacs[log_lam] = jac
+        if self.log:
+            self.log(f"      {self.model}: alpha = {self.alpha:g}, lambda = {row['lam']:.4g}: "
+                     + (f"test error {row['test_error']:.6f}" if row["converged"] else f"FAILED ({row['reason']})")
+                     + (f" (warm-started via lambda = {row['bridged']:.4g})" if "bridged" in row else "")
+                     + ("" if not row["converged"] or row.get("valid", True) else " (invalid: kappa < rank)"))
+        return row
+
+    def _solve(self, log_lam: float, near: list[float]) -> tuple[dict, np.ndarray | None]:
+        """One solve at exp(log_lam), warm-started from the solved rows at the log lambdas in near."""
+        lam = math.exp(log_lam)
         inits, jac = [], None
         for k in near:  # hold lambda~ Sigma (Sigma ~ 1/lambda where the fit interpolates), then Sigma
             r = self.rows[k]
@@ -347,15 +376,9 @@ class _AlongLambda:
         except (NotConverged, ProxNotSolved, ValueError, FloatingPointError) as e:
             row = {"alpha": self.alpha, "lam": lam, "method": "failed", "converged": False,
                    "reason": f"{type(e).__name__}: {e}"}
+            jac = None
         row["seconds"] = time.perf_counter() - t0
-        self.rows[log_lam] = row
-        if jac is not None:
-            self.jacs[log_lam] = jac
-        if self.log:
-            self.log(f"      {self.model}: alpha = {self.alpha:g}, lambda = {lam:.4g}: "
-                     + (f"test error {row['test_error']:.6f}" if row["converged"] else f"FAILED ({row['reason']})")
-                     + ("" if not row["converged"] or row.get("valid", True) else " (invalid: kappa < rank)"))
-        return row
+        return row, jac
 
     def objective(self, log_lam: float) -> float:
         """The test error at lambda = exp(log_lam); +inf where the solve failed (or, with require_valid, where the
