@@ -352,38 +352,41 @@ def test_the_lambda_search_leaves_a_plateau_to_the_left():
     assert g(x) == 1.0
 
 
-def test_a_far_warm_start_that_fails_is_bridged_by_midpoints(monkeypatch):
+def test_a_far_warm_start_that_fails_is_walked(monkeypatch):
     """At d >= 4000 the tuned-lambda search's doubling walk jumped 7.4x in lambda (0.0224 -> 0.00302) from a
-    warm start, and the solve failed; through 0.0082 it converged. _AlongLambda.row now solves the midpoint (in
-    log lambda) first and retries. Here every solve warm-started from more than 0.6 away in log lambda fails (a
-    stand-in for the far warm start); a jump of 2 must then converge through bridges at 0.5, 1 and 1.5 of it, to
-    the fixed point solved cold (direct_state_evolution at that lambda alone); with the bridges off, it fails."""
+    warm start, and the solve failed; through 0.0082 it converged. _AlongLambda.row now walks there from the
+    nearest solved lambda in Newton steps of at most 0.25 in log lambda, halving a step that fails. Stand-in:
+    every solve warm-started from more than 0.6 away fails, and below start - 1 every step longer than 0.2 too.
+    A jump of 2 must converge, walking 0.25 then 0.125 at a time, to the fixed point solved cold
+    (direct_state_evolution at that lambda alone); without the walk it fails."""
     from attnrepro.theory import direct_state_evolution as dse
     from attnrepro.theory.erm_curve import softmax_channel
 
     real = dse._AlongLambda._solve
-
-    def far_fails(self, log_lam, near):
-        if near and min(abs(k - log_lam) for k in near) > 0.6:
-            return {"alpha": self.alpha, "lam": math.exp(log_lam), "method": "failed", "converged": False,
-                    "reason": "NotConverged: far warm start", "seconds": 0.0}, None
-        return real(self, log_lam, near)
-
-    monkeypatch.setattr(dse._AlongLambda, "_solve", far_fails)
     alpha, start, jump = 0.2, math.log(0.1), 2.0
+
+    def stand_in(self, log_lam, near, warm_only=False):
+        gap = min((abs(k - log_lam) for k in near), default=0.0)
+        if gap > 0.6 or (gap > 0.2 and log_lam < start - 1):
+            return {"alpha": self.alpha, "lam": math.exp(log_lam), "method": "failed", "converged": False,
+                    "reason": "NotConverged: stand-in", "seconds": 0.0}, None
+        return real(self, log_lam, near, warm_only)
+
+    monkeypatch.setattr(dse._AlongLambda, "_solve", stand_in)
     along = lambda: dse._AlongLambda("direct", LAW, softmax_channel(LAW, 2, DELTA, points=10), alpha, KAPPA,  # noqa: E731
                                      1e-7, 40, 200, False)
     a = along()
     assert a.row(start)["converged"]
     row = a.row(start - jump)
     assert row["converged"], row["reason"]
-    assert row["bridged"] == pytest.approx(math.exp(start - 3 * jump / 4))
-    assert sorted(a.rows) == pytest.approx([start - jump * f for f in (1, 0.75, 0.5, 0.25, 0)])
+    assert row["walked_from"] == pytest.approx(0.1)
+    walk = [start - 0.25 * i for i in range(5)] + [start - 1 - 0.125 * i for i in range(1, 9)]
+    assert sorted(a.rows) == pytest.approx(sorted(walk))
     cold = direct_state_evolution([alpha], math.exp(start - jump), kappa=KAPPA, points=10, tol=1e-7)[0]
     assert cold["converged"], cold["reason"]
     assert row["test_error"] == pytest.approx(cold["test_error"], rel=1e-6)
 
-    monkeypatch.setattr(dse, "BRIDGE_DEPTH", 0)
+    monkeypatch.setattr(dse, "WALK_STEP", 10.0)
     b = along()
     b.row(start)
     assert not b.row(start - jump)["converged"]
