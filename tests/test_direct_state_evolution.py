@@ -352,6 +352,11 @@ def test_the_lambda_search_leaves_a_plateau_to_the_left():
     assert g(x) == 1.0
 
 
+def _failed(along, log_lam) -> dict:
+    return {"alpha": along.alpha, "lam": math.exp(log_lam), "method": "failed", "converged": False,
+            "reason": "NotConverged: stand-in", "seconds": 0.0}
+
+
 def test_a_far_warm_start_that_fails_is_walked(monkeypatch):
     """At d >= 4000 the tuned-lambda search's doubling walk jumped 7.4x in lambda (0.0224 -> 0.00302) from a
     warm start, and the solve failed; through 0.0082 it converged. _AlongLambda.row now walks there from the
@@ -365,12 +370,11 @@ def test_a_far_warm_start_that_fails_is_walked(monkeypatch):
     real = dse._AlongLambda._solve
     alpha, start, jump = 0.2, math.log(0.1), 2.0
 
-    def stand_in(self, log_lam, near, warm_only=False):
+    def stand_in(self, log_lam, near, warm_only=False, source=None):
         gap = min((abs(k - log_lam) for k in near), default=0.0)
         if gap > 0.6 or (gap > 0.2 and log_lam < start - 1):
-            return {"alpha": self.alpha, "lam": math.exp(log_lam), "method": "failed", "converged": False,
-                    "reason": "NotConverged: stand-in", "seconds": 0.0}, None
-        return real(self, log_lam, near, warm_only)
+            return _failed(self, log_lam), None
+        return real(self, log_lam, near, warm_only, source)
 
     monkeypatch.setattr(dse._AlongLambda, "_solve", stand_in)
     along = lambda: dse._AlongLambda("direct", LAW, softmax_channel(LAW, 2, DELTA, points=10), alpha, KAPPA,  # noqa: E731
@@ -390,3 +394,32 @@ def test_a_far_warm_start_that_fails_is_walked(monkeypatch):
     b = along()
     b.row(start)
     assert not b.row(start - jump)["converged"]
+
+
+def test_a_search_starts_from_the_previous_alphas_solves(monkeypatch):
+    """At d = 4000 a search starts at the previous alpha's lambda*, often 1e-4, where a cold start fails; the first
+    solve at each alpha is now warm-started from the previous alpha's nearest solved lambda. Stand-in: every
+    cold solve (no warm start) at alpha = 0.2 fails. The two-alpha curve (0.15, 0.2) must still solve 0.2, to
+    the test error of the search at 0.2 alone without the stand-in (its minimum is flat: 1e-5 relative); an
+    alpha with no previous one fails under it."""
+    from attnrepro.theory import direct_state_evolution as dse
+    from attnrepro.theory.erm_curve import softmax_channel
+
+    alone = optimal_lambda_curve("direct", [0.2], kappa=KAPPA, T=2, Delta=DELTA, points=10, start_lam=0.03,
+                                 width=0.3, xatol=0.05)[0]
+    real = dse._AlongLambda._solve
+
+    def stand_in(self, log_lam, near, warm_only=False, source=None):
+        if not near and self.alpha == 0.2:
+            return _failed(self, log_lam), None
+        return real(self, log_lam, near, warm_only, source)
+
+    monkeypatch.setattr(dse._AlongLambda, "_solve", stand_in)
+    rows = optimal_lambda_curve("direct", [0.15, 0.2], kappa=KAPPA, T=2, Delta=DELTA, points=10, start_lam=0.03,
+                                width=0.3, xatol=0.05)
+    assert alone["converged"] and rows[1]["converged"], rows[1]["reason"]
+    assert rows[1]["failures"] == 0
+    assert rows[1]["test_error"] == pytest.approx(alone["test_error"], rel=1e-5)
+    first = dse._AlongLambda("direct", LAW, softmax_channel(LAW, 2, DELTA, points=10), 0.2, KAPPA, 1e-7, 40, 200,
+                             False)
+    assert not first.row(math.log(0.03))["converged"]

@@ -317,12 +317,14 @@ WALK_STEP, WALK_MIN_STEP = 0.25, 0.03  # the walk's largest and smallest step in
 
 class _AlongLambda:
     """The state evolution of one student at one alpha as a function of log lambda, each solve warm-started from
-    the nearest solved lambda; rows cached by log lambda."""
+    the nearest solved lambda (before the first converges: from the previous alpha's, `previous`); rows cached
+    by log lambda."""
 
     def __init__(self, model: str, law, channel, alpha: float, kappa: float, tol: float, max_evals: int, nodes: int,
-                 require_valid: bool, log=None):
+                 require_valid: bool, log=None, previous: "_AlongLambda | None" = None):
         self.model, self.law, self.channel, self.alpha, self.kappa = model, law, channel, alpha, kappa
         self.tol, self.max_evals, self.nodes, self.require_valid, self.log = tol, max_evals, nodes, require_valid, log
+        self.previous = previous
         self.rows: dict[float, dict] = {}
         self.jacs: dict[float, np.ndarray] = {}
 
@@ -335,13 +337,16 @@ class _AlongLambda:
         from it: Newton solves in steps of at most WALK_STEP, each warm-started from the last, the step halved
         where one fails (down to WALK_MIN_STEP). The searches' doubling walk jumps by up to a factor e^4 in
         lambda, further than a warm start reaches at small lambda (at d = 4000, 0.0224 -> 0.00302 failed; through
-        0.0082 it converged). The walk's converged points are kept as rows."""
+        0.0082 it converged). The walk's converged points are kept as rows. Before any lambda at this alpha has
+        converged, the warm start is the previous alpha's nearest solved lambda: a search starts at the previous
+        alpha's lambda*, often 1e-4, where a cold start fails at d >= 4000."""
         if log_lam in self.rows:
             return self.rows[log_lam]
-        near = sorted((k for k, r in self.rows.items() if r["converged"] and r["method"] in ("newton", "damped")),
-                      key=lambda k: abs(k - log_lam))[:1]
-        row, jac = self._solve(log_lam, near)
-        if not row["converged"] and near and abs(near[0] - log_lam) > WALK_STEP:
+        source, near = self, self._nearest(log_lam)
+        if not near and self.previous is not None:
+            source, near = self.previous, self.previous._nearest(log_lam)
+        row, jac = self._solve(log_lam, near, source=source)
+        if not row["converged"] and source is self and near and abs(near[0] - log_lam) > WALK_STEP:
             walked, jac_w = self._walk(near[0], log_lam)
             if walked["converged"]:
                 walked["seconds"] += row["seconds"]
@@ -353,6 +358,11 @@ class _AlongLambda:
                      + (f" (walked from lambda = {row['walked_from']:.4g})" if "walked_from" in row else "")
                      + ("" if not row["converged"] or row.get("valid", True) else " (invalid: kappa < rank)"))
         return row
+
+    def _nearest(self, log_lam: float) -> list[float]:
+        """[the converged log lambda nearest log_lam] (a solved fixed point, not a closed form), or []."""
+        return sorted((k for k, r in self.rows.items() if r["converged"] and r["method"] in ("newton", "damped")),
+                      key=lambda k: abs(k - log_lam))[:1]
 
     def _keep(self, log_lam: float, row: dict, jac) -> None:
         self.rows[log_lam] = row
@@ -376,16 +386,19 @@ class _AlongLambda:
             else:
                 return {**row, "seconds": seconds}, None
 
-    def _solve(self, log_lam: float, near: list[float], warm_only: bool = False) -> tuple[dict, np.ndarray | None]:
-        """One solve at exp(log_lam), warm-started from the solved rows at the log lambdas in near: by
-        solve_continued (then its fallbacks), or with warm_only by Newton from the warm starts alone."""
+    def _solve(self, log_lam: float, near: list[float], warm_only: bool = False,
+               source: "_AlongLambda | None" = None) -> tuple[dict, np.ndarray | None]:
+        """One solve at exp(log_lam), warm-started from source's (default: this alpha's) solved rows at the log
+        lambdas in near: by solve_continued (then its fallbacks), or with warm_only by Newton from the warm
+        starts alone."""
+        source = source or self
         lam = math.exp(log_lam)
         inits, jac = [], None
         for k in near:  # hold lambda~ Sigma (Sigma ~ 1/lambda where the fit interpolates), then Sigma
-            r = self.rows[k]
+            r = source.rows[k]
             inits += [self._map(lam).from_y(self._map(math.exp(k)).to_y((r["Sigma"], r["m"], r["q"]))),
                       (r["Sigma"], r["m"], r["q"])]
-            jac = self.jacs.get(k)
+            jac = source.jacs.get(k)
         kw = dict(fmap_class=MAPS[self.model], tol=self.tol, max_evals=self.max_evals, nodes=self.nodes)
         t0 = time.perf_counter()
         try:
@@ -463,7 +476,8 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
 
     searched around the previous alpha's log lambda* (the first around start_lam) within +- width, walking
     downhill until bracketed, then Brent's bounded method to xatol in log lambda (_minimise); each solve is
-    warm-started from the nearest solved lambda at the same alpha. With require_valid (factorized), points whose
+    warm-started from the nearest solved lambda at the same alpha (the first from the previous alpha's; a far
+    one that fails is walked: _AlongLambda.row). With require_valid (factorized), points whose
     state evolution is not valid (kappa < rank: the student of width kappa d cannot hold the learned S) count as
     +inf. One row per alpha: the state-evolution row at lambda* (test_error, train_loss, estimation_error, ...),
     lam_star, at_bound (lambda* at a bound of lam_bounds: the minimum may lie beyond), the bracket, the lambdas
@@ -479,11 +493,12 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
     law = target_law(target, d, kappa0, gamma, resolution=resolution)
     channel = softmax_channel(law, T, Delta, beta, beta0, rule, points, seed)
     lo, hi = math.log(lam_bounds[0]), math.log(lam_bounds[1])
-    centre, rows = math.log(start_lam), []
+    centre, rows, previous = math.log(start_lam), [], None
     for alpha in sorted(float(a) for a in alphas):
         t0 = time.perf_counter()
         along = _AlongLambda(model, law, channel, alpha, kappa, tol, max_evals, nodes,
-                             require_valid and model == "factorized", log)
+                             require_valid and model == "factorized", log,
+                             previous)
         x, (a, b) = _minimise(along.objective, lo, hi, centre, width, xatol)
         best = along.rows[x]
         failed = {k: r for k, r in along.rows.items() if not r["converged"]}
@@ -507,6 +522,9 @@ def optimal_lambda_curve(model: str, alphas: Sequence[float], *, kappa: float = 
                "validity_bound": bool(edge), "failures": len(failed), "converged": not reason, "reason": reason,
                "seconds": time.perf_counter() - t0}
         rows.append(row)
+        along.previous = None
+        if along._nearest(x):
+            previous = along
         if not reason:
             centre = x
         if log:
