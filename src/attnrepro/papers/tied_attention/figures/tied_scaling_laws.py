@@ -328,9 +328,9 @@ def plot(table: pd.DataFrame, estimates: pd.DataFrame):
 
 
 def _plot_protocols(c, e, th: pd.DataFrame, estimates: pd.DataFrame, gammas) -> None:
-    """(c) the state evolution's test error at lambda tuned per n (every d solved, the largest thick) with
-    -1 + 1/(2 gamma) dotted; (e) at the largest fixed-lambda d, the estimation error's signal part (solid)
-    and bulk part (dashed) against n/d."""
+    """(c) the state evolution's test error at lambda tuned per n (every d solved, the largest thick; hollow:
+    lambda* at the search's lower bound) with -1 + 1/(2 gamma) dotted; (e) at the largest fixed-lambda d, the
+    estimation error's signal part (solid) and bulk part (dashed) against n/d."""
     tuned, fixed = th[th[PROTOCOL] == "tuned"], th[th[PROTOCOL] == "fixed"]
     for g, color in zip(gammas, palette(len(gammas)), strict=True):
         ds = series.levels(at(tuned, task_gamma=g), "task.d") if not tuned.empty else []
@@ -341,6 +341,9 @@ def _plot_protocols(c, e, th: pd.DataFrame, estimates: pd.DataFrame, gammas) -> 
             c.plot(t["n_over_d"], t["test_error"], "o-", ms=3, color=color, lw=1.6 if d == ds[-1] else 0.8,
                    alpha=1.0 if d == ds[-1] else 0.45,
                    label=f"γ = {g:g}, d = {d:g}: {fmt(slope)} (pred. {fmt(excess_error_exponent(g))})")
+            bound = t[t["at_bound"].astype(bool)] if "at_bound" in t else t.iloc[:0]
+            c.plot(bound["n_over_d"], bound["test_error"], "o", ms=3, mfc="white", color=color,
+                   alpha=1.0 if d == ds[-1] else 0.45, label="_nolegend_")
             if d == ds[-1] and len(t):
                 x = t["n_over_d"].to_numpy(float)
                 mid, pred = math.exp(np.mean(np.log(x))), excess_error_exponent(g)
@@ -522,7 +525,8 @@ SPEC = register(FigureSpec(
             "whose minimum moves right as d grows: not the regime of the paper's exponent. Top right: target modes "
             "recovered (‖(S - S0)u_i‖ <= |λ_i|/2). (b) Bottom left: λ tuned per n, the paper's protocol: the "
             "simulation with λ chosen per seed and n on the validation error among the grid's λ (markers), the "
-            "state evolution at λ* minimising its test error over [1e-4, 30] (lines; dotted: -1 + 1/(2γ)). "
+            "state evolution at λ* minimising its test error over [1e-4, 30] (lines; hollow: λ* at the bound 1e-4, "
+            "an upper bound of the tuned error; dotted: -1 + 1/(2γ)). "
             "(c) Bottom right: the state evolution's estimation error at fixed λ split along the learned spectrum "
             "(learned_spectrum.error_split): signal (the recovered outliers plus the unrecovered target, solid) "
             "and bulk (what fitting along the noise bulk adds, dashed), with the fitted exponents.",
