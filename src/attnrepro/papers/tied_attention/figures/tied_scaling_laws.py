@@ -20,10 +20,10 @@ falling signal law plus a rising bulk law (learned_spectrum.LearnedSpectrum.erro
 the paper's regime;
 (b) lambda tuned per n (curve scaling_law_tuned_lambda: lambda* minimises the test error over lambda in
 [1e-4, 30]): "tuned_slope" and "tuned_intercept" of its test error over the whole window,
-"tuned_at_bound" (points whose lambda* is the search's lower bound 1e-4: the test error still falls below
-it, toward the lambda -> 0+ limit, so there it is an upper bound of the tuned error), "interior_slope" with
-"interior_slope_fit_min", "interior_slope_fit_max" (the same fit over the points whose lambda* lies inside
-the bounds: tuned in earnest; at least 3 points);
+"tuned_at_bound" (points whose lambda* is the search's lower bound 1e-4: an upper bound of the tuned error
+there, as the error may fall further toward lambda -> 0+; it does at d = 10^4, gamma = 2, n/d = 4),
+"interior_slope" with "interior_slope_fit_min", "interior_slope_fit_max" (the same fit over the points
+whose lambda* lies inside the bounds: tuned in earnest; at least 3 points);
 for (b) and (c) also "<name>_fit_min", "<name>_fit_max" (the n/d fitted: converged points only) and
 "<name>_left_out" (points of the window that did not converge);
 (c) the signal part of the fixed-lambda estimation error (e_signal: the recovered outliers plus the
@@ -474,6 +474,7 @@ def _theory_claims(estimates: pd.DataFrame) -> list[Claim]:
                                                                                            "left_out"))
             extra = ""
             if name == "tuned_slope":
+                tuned_slopes.append(slope)
                 extra = (f"; λ* at the lower bound 1e-4 at {int(est.value(estimates, 'tuned_at_bound', **at_d))} "
                          "points (there an upper bound of the tuned error: λ → 0⁺ may be lower)")
                 inner = est.value(estimates, "interior_slope", **at_d)
@@ -481,8 +482,6 @@ def _theory_claims(estimates: pd.DataFrame) -> list[Claim]:
                     extra += (f"; over the points with λ* inside the bounds, n/d in "
                               f"[{fmt(est.value(estimates, 'interior_slope_fit_min', **at_d))}, "
                               f"{fmt(est.value(estimates, 'interior_slope_fit_max', **at_d))}]: c = {fmt(inner)}")
-            if name == "tuned_slope":
-                tuned_slopes.append(slope)
             out.append(judge(FIGURE, f"γ = {g:g}, {protocol}, state evolution at d = {dd:g}: {what} ~ (n/d)^c with c "
                                      f"within 0.1 of -1 + 1/(2γ) = {fmt(pred)}", slope,
                              lambda v, p=pred: abs(v - p) <= 0.1, interval(lo, hi, "range of local slopes"),
@@ -516,7 +515,7 @@ SPEC = register(FigureSpec(
     theory_alone=True,  # the state evolution at d = 400 ... 10^4 is the paper profile's test of the law
     caption="Power-law targets S0 = O diag(√d i^-γ) Oᵀ, factorized student with p = d, noisy training labels "
             "(Δ = 0.5), d << n << d², under three protocols. Test error on fresh noiseless samples (e0 = 0: β = β0, "
-            "noiseless test labels, so the excess error is the test error itself). (a) Top left: fixed λ = 1e-3 "
+            "noiseless test labels, so the excess error is the test error itself). (a) Top left: fixed λ = 1e-3, "
             "mean ± s.e. over seeds (hollow: some seed did not converge; fits and claims use "
             "the converged seeds), power-law fits (exponent, 95% seed-bootstrap CI) over the falling branch (up to "
             "the minimum before a rise by more than 2 s.e.) and, dotted, the slope -1 + 1/(2γ) of paper B; lines "
