@@ -136,6 +136,15 @@ class ReplicaLBFGS(torch.optim.Optimizer):
         self.active = [True] * self.replicas
         self.replica_states: list[ReplicaState] | None = None
 
+    def narrow(self, params: list[Tensor], keep: list[int]) -> None:
+        """Go on with ``params`` (replicas ``keep`` of the current ones, in that order), each replica keeping
+        its history (lit.compaction)."""
+        self.param_groups[0]["params"] = self._params = list(params)
+        self.replicas = len(keep)
+        self.active = [self.active[r] for r in keep]
+        if self.replica_states is not None:
+            self.replica_states = [self.replica_states[r] for r in keep]
+
     def _flat(self, tensors) -> Tensor:
         return torch.cat([t.reshape(self.replicas, -1) for t in tensors], dim=1)
 

@@ -14,8 +14,9 @@ objective has fallen below L_0 by more than ``tol_move`` (relative): a start on 
 near-uniform attention, whose gradient is O(1/d^2)) is not convergence. A replica that meets either test
 with its objective risen above L_0 by more than ``tol_move`` (a blown-up step: a saturated softmax has a
 zero gradient) *diverged*. A replica that converged, stalled or diverged is frozen where the test was
-made (the gradient and the parameters of the test are one point) and never moves again; training stops
-once every replica is frozen, else at ``steps``. SGD and Adam are checked at every ``log_every``-th step,
+made (the gradient and the parameters of the test are one point) and never moves again: it leaves the
+batch, and training goes on with the others only (lit.compaction); training stops once every replica is
+frozen, else at ``steps``. SGD and Adam are checked at every ``log_every``-th step,
 before it is taken; L-BFGS (up to 20 iterations a step) after every step for the gradient, at logged
 steps for the objective's change. With tol = tol_grad = 0 every step runs (a fixed-step protocol).
 jobs.fit records each seed's stop reason and its relative gradient recomputed at the final parameters.
@@ -23,10 +24,13 @@ jobs.fit records each seed's stop reason and its relative gradient recomputed at
 
 from __future__ import annotations
 
+import math
+
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from attnrepro.lit.compaction import narrow_optimizer, replica_count, take
 from attnrepro.lit.lbfgs import ReplicaLBFGS
 
 
@@ -75,6 +79,10 @@ class ReplicaModule(pl.LightningModule):
         super().__init__()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        if replica_count(problem) is None:
+            shapes = {n: tuple(t.shape) for n, t in (*problem.named_parameters(), *problem.named_buffers())}
+            raise ValueError(f"{type(problem).__name__}: every parameter and buffer needs the replica axis first, "
+                             f"of one length (lit.compaction); shapes: {shapes}")
         self.automatic_optimization = False
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
         self.steps, self.log_every, self.tol, self.tol_grad, self.tol_move = steps, log_every, tol, tol_grad, tol_move
@@ -82,7 +90,11 @@ class ReplicaModule(pl.LightningModule):
         self.stop: list[str | None] | None = None   # per replica: why it stopped (None: still training)
         self.stop_step: list[float] | None = None   # per replica: the step it stopped at (nan: never)
         self._last_objective: torch.Tensor | None = None
-        self._held: list[torch.Tensor] | None = None  # SGD/Adam: the frozen replicas' parameters
+        # The replicas still training (indices into problem's) and the problem narrowed to them
+        # (lit.compaction); kept out of the module's registered children: Lightning moves and counts `problem`
+        self.rows = list(range(replica_count(problem)))
+        self.__dict__["training_problem"] = problem
+        self._left: dict[int, dict[str, float]] = {}  # a stopped replica's metrics where it stopped
         # a buffer, so that it moves with the module: Lightning moves the module to the CPU when fit ends
         self.register_buffer("initial_objective", initial_objective, persistent=False)
         self.trained_on: str | None = None  # the device training ran on
@@ -92,37 +104,66 @@ class ReplicaModule(pl.LightningModule):
         """Whether any stopping test is on (else the protocol is a fixed number of steps)."""
         return self.tol > 0 or self.tol_grad > 0
 
-    def frozen(self) -> torch.Tensor:
-        """(R,) bool: the replicas that stopped."""
-        return torch.tensor([s is not None for s in self.stop], device=self.initial_objective.device)
-
     def configure_optimizers(self):
         return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr)
 
     def _log_curves(self, step: int) -> None:
-        """Append the problem's metrics (one value per replica) at `step`; stop on non-finite ones."""
-        metrics = self.problem.evaluate()
+        """Append every replica's metrics at `step` (a stopped one's as it stopped); stop on non-finite ones."""
+        metrics = {name: v.detach().cpu().tolist() for name, v in self.training_problem.evaluate().items()}
         self.curves["step"].append(step)
-        for name, v in metrics.items():
-            self.curves.setdefault(name, []).append(v.detach().cpu().tolist())
-        bad = [name for name, v in metrics.items() if not bool(torch.isfinite(v).all())]
+        bad = [name for name, v in metrics.items() if not all(map(math.isfinite, v))]
         if bad:
             raise Divergence(f"non-finite {', '.join(bad)} after step {step}")
+        at = {r: i for i, r in enumerate(self.rows)}
+        n = len(self.rows) + len(self._left)
+        for name, v in metrics.items():
+            self.curves.setdefault(name, []).append([v[at[r]] if r in at else self._left[r][name] for r in range(n)])
+
+    def _narrow(self) -> None:
+        """Go on with the replicas that have not stopped only: the training problem and the optimiser's state
+        narrowed to them, the stopped ones' parameters written back to `problem` and their metrics kept."""
+        keep = [i for i, r in enumerate(self.rows) if self.stop[r] is None]
+        if len(keep) == len(self.rows) or not keep:
+            return
+        left = [i for i, r in enumerate(self.rows) if self.stop[r] is not None]
+        work = self.training_problem
+        self._write_back()
+        metrics = take(work, torch.tensor(left, device=self.device)).evaluate()
+        for j, i in enumerate(left):
+            self._left[self.rows[i]] = {name: float(v[j]) for name, v in metrics.items()}
+        kept = torch.tensor(keep, device=self.device)
+        narrowed = take(work, kept)
+        narrow_optimizer(self.optimizers().optimizer, list(narrowed.parameters()), kept)
+        self.__dict__["training_problem"] = narrowed
+        self.rows = [self.rows[i] for i in keep]
+
+    @torch.no_grad()
+    def _write_back(self) -> None:
+        """problem's parameters of the training replicas, from the training problem."""
+        if self.training_problem is self.problem:
+            return
+        rows = torch.tensor(self.rows, device=self.device)
+        for p, q in zip(self.problem.parameters(), self.training_problem.parameters(), strict=True):
+            p.index_copy_(0, rows, q)
 
     def on_train_start(self) -> None:
         self.trained_on = str(self.device)
         self._log_curves(0)
 
     def on_train_end(self) -> None:
-        self._last_objective = self._held = None  # training state only: it would stay on the device
+        self._write_back()
+        self.__dict__["training_problem"] = self.problem  # training state only: it would stay on the device
+        self.rows = list(range(len(self.stop))) if self.stop is not None else self.rows
+        self._last_objective = None
 
     def _objective(self, step: int) -> torch.Tensor:
-        """Gradients of the summed objective; the (R,) objective, checked finite."""
-        loss = self.problem.accumulate(self.manual_backward)
+        """Gradients of the training replicas' summed objective; their objectives, checked finite."""
+        problem = self.training_problem
+        loss = problem.accumulate(self.manual_backward)
         if not bool(torch.isfinite(loss).all()):
-            bad = torch.nonzero(~torch.isfinite(loss)).flatten().tolist()
+            bad = [self.rows[i] for i in torch.nonzero(~torch.isfinite(loss)).flatten().tolist()]
             raise Divergence(f"non-finite training loss at step {step} in replicas {bad}")
-        for p in self.problem.parameters():
+        for p in problem.parameters():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
         if self.stop is None:
@@ -133,12 +174,13 @@ class ReplicaModule(pl.LightningModule):
         return loss
 
     def relative_gradient(self) -> torch.Tensor:
-        """Per replica ||grad L|| ||theta|| / |L_0| from the gradients in p.grad (every parameter has the
-        replica axis first; L_0: the objective at the first step)."""
-        params = [p for p in self.problem.parameters() if p.grad is not None]
+        """Per training replica ||grad L|| ||theta|| / |L_0| from the gradients in p.grad (every parameter has
+        the replica axis first; L_0: the objective at the first step)."""
+        params = [p for p in self.training_problem.parameters() if p.grad is not None]
         g = torch.stack([p.grad.reshape(p.shape[0], -1).pow(2).sum(1) for p in params]).sum(0).sqrt()
         w = torch.stack([p.detach().reshape(p.shape[0], -1).pow(2).sum(1) for p in params]).sum(0).sqrt()
-        return (g * w / self.initial_objective.abs().clamp_min(1e-30)).to(torch.float64)
+        L0 = self.initial_objective[self.rows]
+        return (g * w / L0.abs().clamp_min(1e-30)).to(torch.float64)
 
     def training_step(self, batch, batch_idx):
         opt = self.optimizers()
@@ -148,8 +190,6 @@ class ReplicaModule(pl.LightningModule):
                 opt.zero_grad()
                 return self._objective(step)
 
-            if self.stop is not None:
-                opt.optimizer.active = [s is None for s in self.stop]
             objective = opt.step(closure=closure).to(self.initial_objective.device)
             done = step + 1
             logged = done % self.log_every == 0 or done == self.steps
@@ -159,6 +199,7 @@ class ReplicaModule(pl.LightningModule):
                 self._check(done, objective, self.relative_gradient() if self.tol_grad > 0 else None, logged)
                 if self.trainer.should_stop and not logged:
                     self._log_curves(done)  # the curves end where training did
+                self._narrow()
             return
         opt.zero_grad()
         objective = self._objective(step).detach()
@@ -166,53 +207,42 @@ class ReplicaModule(pl.LightningModule):
             self._check(step, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
             if self.trainer.should_stop:
                 return  # every replica stopped at theta_step: no step taken
-        frozen = self.frozen() if self.stop is not None and any(s is not None for s in self.stop) else None
+            self._narrow()  # the stopped replicas leave with their parameters and gradients as tested
         opt.step()
-        if frozen is not None:
-            with torch.no_grad():
-                for p, held in zip(self.problem.parameters(), self._held, strict=True):
-                    p[frozen] = held[frozen]
         done = step + 1
         if done % self.log_every == 0 or done == self.steps:
             self._log_curves(done)
 
     def moved(self, objective: torch.Tensor) -> torch.Tensor:
-        """Per replica: (L_0 - L) / |L_0| > tol_move, the objective fell (strict: with tol_move = 0 it must
-        have fallen at all)."""
-        L0 = self.initial_objective
+        """Per training replica: (L_0 - L) / |L_0| > tol_move, the objective fell (strict: with tol_move = 0 it
+        must have fallen at all)."""
+        L0 = self.initial_objective[self.rows]
         return (L0 - objective) / L0.abs().clamp_min(1e-30) > self.tol_move
 
     def rose(self, objective: torch.Tensor) -> torch.Tensor:
-        """Per replica: (L - L_0) / |L_0| > tol_move, the objective rose above its start."""
-        L0 = self.initial_objective
+        """Per training replica: (L - L_0) / |L_0| > tol_move, the objective rose above its start."""
+        L0 = self.initial_objective[self.rows]
         return (objective - L0) / L0.abs().clamp_min(1e-30) > self.tol_move
 
     def _check(self, step: int, objective: torch.Tensor, grad_rel: torch.Tensor | None, stall: bool) -> None:
-        """Stop the replicas that converged (grad_rel <= tol_grad) or, when `stall`, stalled (objective
+        """Stop the training replicas that converged (grad_rel <= tol_grad) or, when `stall`, stalled (objective
         change since the previous stall check below tol), with a fallen objective; those that met either
         test with a risen objective diverged. Stopped replicas are frozen here; training ends once all are."""
-        n = objective.shape[0]
-        stalled = torch.zeros(n, dtype=torch.bool, device=objective.device)
-        if stall and self.tol > 0 and self._last_objective is not None:
-            change = (self._last_objective - objective).abs() / self._last_objective.abs().clamp_min(1e-30)
-            stalled = change < self.tol
+        if self._last_objective is None:
+            self._last_objective = torch.full((len(self.stop),), math.nan, dtype=objective.dtype,
+                                              device=objective.device)
+        last = self._last_objective[self.rows]
+        stalled = (last - objective).abs() / last.abs().clamp_min(1e-30) < self.tol
+        stalled &= stall and self.tol > 0
         met = grad_rel.to(objective.device) <= self.tol_grad if grad_rel is not None else torch.zeros_like(stalled)
         if stall:
-            self._last_objective = objective
+            self._last_objective[self.rows] = objective
         fell, rose = self.moved(objective), self.rose(objective)
-        newly = []
-        for r in range(n):
-            if self.stop[r] is not None or not (bool(met[r]) or bool(stalled[r])):
+        for i, r in enumerate(self.rows):
+            if self.stop[r] is not None or not (bool(met[i]) or bool(stalled[i])):
                 continue
-            reason = (CONVERGED if bool(met[r]) else STALLED) if bool(fell[r]) else DIVERGED if bool(rose[r]) else None
+            reason = (CONVERGED if bool(met[i]) else STALLED) if bool(fell[i]) else DIVERGED if bool(rose[i]) else None
             if reason is not None:  # else a flat start: go on
                 self.stop[r], self.stop_step[r] = reason, float(step)
-                newly.append(r)
-        if newly and self.optimizer_name != "lbfgs":  # hold them where they are
-            params = [p.detach() for p in self.problem.parameters()]
-            if self._held is None:
-                self._held = [p.clone() for p in params]
-            for held, p in zip(self._held, params, strict=True):
-                held[newly] = p[newly]
         if all(s is not None for s in self.stop):
             self.trainer.should_stop = True

@@ -1,0 +1,64 @@
+"""Training only the replicas still moving: a problem and its optimiser narrowed to some of their replicas.
+
+A job's seeds are replicas of one batched problem (every parameter and buffer has the replica axis first),
+and a seed that stopped (lit.replica) is frozen for good. Evaluating it with the others costs as much as
+training it: in paper A's trained sweep a few slow seeds ran on for up to 13x the steps of the median one.
+So once a replica stops, training goes on with a copy of the problem holding only the others (``take``) and
+the optimiser's state narrowed to match (``narrow_optimizer``). Every operation acts on each replica on its
+own, so a replica's numbers are the same in a batch of any size (tests/test_runner.py checks it alone and
+beside others).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+
+def _rows(t: Tensor, rows: Tensor) -> Tensor:
+    """t[rows], laid out as t is (the samples' position-major layout is what keeps their products wide)."""
+    out = torch.empty_like(t.narrow(0, 0, len(rows)))
+    return out.copy_(t.index_select(0, rows))
+
+
+def replica_count(problem: nn.Module) -> int | None:
+    """R when every parameter and buffer of the problem has a leading replica axis of one length R, else None
+    (then the problem cannot be narrowed)."""
+    shapes = [t.shape for t in (*problem.parameters(), *problem.buffers())]
+    lengths = {s[0] if len(s) else None for s in shapes}
+    return lengths.pop() if len(lengths) == 1 and None not in lengths else None
+
+
+def take(problem: nn.Module, rows: Tensor) -> nn.Module:
+    """A copy of the problem holding replicas ``rows`` only (in that order): parameters (with their gradients)
+    and buffers are t[rows], new tensors; everything else is copied as it is."""
+    memo = {}
+    for p in problem.parameters():
+        memo[id(p)] = q = nn.Parameter(_rows(p.detach(), rows), requires_grad=p.requires_grad)
+        if p.grad is not None:
+            q.grad = _rows(p.grad, rows)
+    for b in problem.buffers():
+        memo[id(b)] = _rows(b, rows)
+    return copy.deepcopy(problem, memo)
+
+
+def narrow_optimizer(opt: torch.optim.Optimizer, params: list[nn.Parameter], keep: Tensor) -> None:
+    """Point the optimiser at ``params`` (the narrowed problem's, in the same order as its own) and keep the
+    rows ``keep`` of its per-parameter state (Adam's moments; SGD has none), in place. ReplicaLBFGS keeps
+    its per-replica histories through its own ``narrow``."""
+    if hasattr(opt, "narrow"):
+        opt.narrow(params, keep.tolist())
+        return
+    (group,) = opt.param_groups
+    R = group["params"][0].shape[0]
+    state = {}
+    for old, new in zip(group["params"], params, strict=True):
+        kept = opt.state.pop(old, None)
+        if kept:
+            state[new] = {k: _rows(v, keep) if torch.is_tensor(v) and v.dim() and v.shape[0] == R else v
+                          for k, v in kept.items()}
+    group["params"] = list(params)
+    opt.state.clear()
+    opt.state.update(state)

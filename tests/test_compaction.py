@@ -1,0 +1,93 @@
+"""Training only the replicas still moving (lit.compaction): narrowed problems and optimiser states."""
+
+import copy
+
+import pytest
+import torch
+
+from attnrepro.jobs.fit import train
+from attnrepro.lit.compaction import narrow_optimizer, take
+from attnrepro.lit.replica import ReplicaModule
+from attnrepro.papers.sparse_xor.problem import build as build_xor
+from attnrepro.papers.tied_attention.problem import TiedAttentionProblem
+from attnrepro.seeding import replica_generators
+
+
+def test_a_narrowed_problem_holds_the_rows_it_took(job_config):
+    """take(problem, rows): its objective and gradients are the full problem's rows (float64: the same numbers),
+    its samples keep their position-major layout, and training it leaves the full problem as it was."""
+    cfg, vcfg = job_config("experiment=xor_sample_complexity_trained", "task.d=16", "task.n_per_d=4", "n_seeds=4",
+                           "train.dtype=float64")
+    problem, _ = build_xor(vcfg.task, vcfg.model, vcfg.train, replica_generators(0, 4))
+    full = problem.accumulate(lambda loss: loss.backward())
+    rows = torch.tensor([3, 1])
+    narrowed = take(problem, rows)
+    assert problem.samples.x.transpose(1, 2).is_contiguous() and narrowed.samples.x.transpose(1, 2).is_contiguous()
+    for p, q in zip(problem.parameters(), narrowed.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad[rows], rtol=0, atol=0)
+        q.grad = None
+    torch.testing.assert_close(narrowed.accumulate(lambda loss: loss.backward()), full[rows], rtol=0, atol=0)
+    before = [p.detach().clone() for p in problem.parameters()]
+    with torch.no_grad():
+        for q in narrowed.parameters():
+            q.add_(1.0)
+    for p, b in zip(problem.parameters(), before, strict=True):
+        assert torch.equal(p.detach(), b)
+
+
+def test_a_narrowed_adam_goes_on_as_before():
+    """Adam narrowed to rows (0, 2) after 5 steps takes, on those rows, the steps the full optimiser takes: its
+    moments and step count went along."""
+    torch.manual_seed(0)
+    target = torch.randn(3, 4, dtype=torch.float64)
+    full = torch.nn.Parameter(torch.zeros(3, 4, dtype=torch.float64))
+    opt = torch.optim.Adam([full], lr=0.1)
+
+    def step(p, o, t):
+        o.zero_grad()
+        ((p - t) ** 4).sum().backward()
+        o.step()
+
+    for _ in range(5):
+        step(full, opt, target)
+    keep = torch.tensor([0, 2])
+    part = torch.nn.Parameter(full.detach()[keep].clone())
+    other = torch.optim.Adam([full], lr=0.1)
+    other.load_state_dict(copy.deepcopy(opt.state_dict()))  # its own step count
+    narrow_optimizer(other, [part], keep)
+    for _ in range(5):
+        step(full, opt, target)
+        step(part, other, target[keep])
+    torch.testing.assert_close(part.detach(), full.detach()[keep], rtol=0, atol=0)
+
+
+def test_a_stopped_replica_is_not_evaluated_again(job_config, monkeypatch):
+    """After a seed stops, the objective is computed for the others only: the batch shrinks with every stop
+    (that each seed still ends where it ends alone: tests/test_runner.py)."""
+    _, cfg = job_config("experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2", "model.lam=0.01",
+                        "train.tol_grad=3e-5", "train.steps=100", "n_seeds=4")
+    batches = []
+    accumulate = TiedAttentionProblem.accumulate
+
+    def counted(self, backward):
+        batches.append(next(self.parameters()).shape[0])
+        return accumulate(self, backward)
+
+    monkeypatch.setattr(TiedAttentionProblem, "accumulate", counted)
+    _, module, *_ = train(cfg, cfg.trainer)
+    assert len(set(module.stop_step)) == 4, module.stop_step
+    training = batches[:-1]  # the last: jobs.fit.convergence's check of every seed at its end point
+    assert training[0] == 4 and training == sorted(training, reverse=True) and set(training) == {4, 3, 2, 1}
+    assert batches[-1] == 4
+
+
+def test_a_problem_without_the_replica_axis_is_refused():
+    """A buffer without a leading replica axis of the parameters' length: a one-line error naming the shapes."""
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(3, 2))
+            self.register_buffer("scale", torch.ones(5))
+
+    with pytest.raises(ValueError, match="replica axis first.*'scale': \\(5,\\)"):
+        ReplicaModule(Shared(), "sgd", 0.1, 10, 5)
