@@ -36,10 +36,11 @@ Each case runs in its own process, so its peak resident memory is its own.
   channel_accuracy : the output channel's Sobol' rules (2^12 quick, 2^16 paper) against 10^6
                  Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
   tied_slice   : a fixed slice of paper B's paper profile at d = 200 (--slice-d), 2 seeds, one thread,
-                 trained by L-BFGS to the paper's tol_grad = 2e-5 under two protocols, job by job
-                 side by side: float64 throughout (train=lbfgs_fullbatch) against float32 until the
-                 relative gradient is 2e-4 or the objective stalls, then float64 from there
-                 (train=lbfgs_mixed_precision). tied_error_vs_alpha at
+                 trained by L-BFGS to the paper's tol_grad = 2e-5 under three protocols, job by job
+                 side by side: float64 throughout (train=lbfgs_fullbatch) with every seed evaluated until
+                 the job ends (the protocol before lit.compaction), the same with a stopped seed leaving
+                 the batch (the default), and that with float32 until the relative gradient is 2e-4 or
+                 the objective stalls, then float64 from there (train=lbfgs_mixed_precision). tied_error_vs_alpha at
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
@@ -394,37 +395,52 @@ def _mixed(point: list[str]) -> list[str]:
     return [o for o in point if o != "train=lbfgs_fullbatch"] + ["train=lbfgs_mixed_precision"]
 
 
+SLICE_PROTOCOLS = (  # (name, narrowing stopped replicas out of the batch, overrides of the point)
+    ("float64, every seed evaluated", False, lambda point: point),
+    ("float64", True, lambda point: point),
+    ("float32 -> float64", True, _mixed),
+)
+
+
 def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
-    """The slice's jobs under both protocols, alternating job by job (one thread: seconds are core-seconds)."""
+    """The slice's jobs under each protocol, alternating job by job (one thread: seconds are core-seconds). The
+    first is the protocol before lit.compaction: a seed that stopped is still evaluated until the job ends."""
     import torch
+
+    from attnrepro.lit.replica import ReplicaModule
 
     torch.set_num_threads(1)
     rows = []
     for experiment, point in SLICE:
-        for protocol, overrides in (("float64", point), ("float32 -> float64", _mixed(point))):
+        for protocol, narrowing, overrides in SLICE_PROTOCOLS:
+            ReplicaModule.narrowing = narrowing
             cpu = time.process_time()
-            _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}", *overrides])
+            _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}",
+                                      *overrides(point)])
             job_s = time.process_time() - cpu  # CPU seconds: core-seconds on one thread, on a busy machine too
             fitted, t = rec["fit"], rec["timings"]
             rows.append({"protocol": protocol, "point": f"{experiment} {' '.join(point[:2])}", "s": job_s,
                          "steps": t["steps"], "coarse_steps": t.get("coarse_steps", 0),
                          "grad_rel": max(fitted["grad_rel"]), "converged": sum(fitted["converged"]),
                          "test_error": rec["metrics"]["test_error"]})
-            print(f"[tied_slice] {protocol:18s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
+            print(f"[tied_slice] {protocol:30s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
                   f"test {rows[-1]['test_error']}", file=sys.stderr, flush=True)
+    ReplicaModule.narrowing = True
     out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {len(SLICE)} L-BFGS jobs per protocol, 1 thread"}
-    for protocol in ("float64", "float32 -> float64"):
-        mine = [r for r in rows if r["protocol"] == protocol]
+    by = {name: [r for r in rows if r["protocol"] == name] for name, *_ in SLICE_PROTOCOLS}
+    for protocol, mine in by.items():
         out[f"{protocol}: core-seconds"] = sum(r["s"] for r in mine)
         out[f"{protocol}: steps (coarse)"] = f"{sum(r['steps'] for r in mine)} ({sum(r['coarse_steps'] for r in mine)})"
         out[f"{protocol}: worst grad_rel"] = max(r["grad_rel"] for r in mine)
         out[f"{protocol}: seeds converged"] = f"{sum(r['converged'] for r in mine)} of {n_seeds * len(mine)}"
-    old, new = rows[0::2], rows[1::2]
-    out["speed-up"] = out["float64: core-seconds"] / out["float32 -> float64: core-seconds"]
-    gaps = [abs(b - a) / abs(a) for o, n in zip(old, new) for a, b in zip(o["test_error"], n["test_error"])]
-    out["test error: largest relative gap"] = max(gaps)
-    out["test error: median relative gap"] = statistics.median(gaps)
-    out["per point (s old / new)"] = "; ".join(f"{o['point']}: {o['s']:.0f}/{n['s']:.0f}" for o, n in zip(old, new))
+    (old, old_rows), *new = by.items()
+    for protocol, mine in new:
+        out[f"speed-up of {protocol}"] = out[f"{old}: core-seconds"] / out[f"{protocol}: core-seconds"]
+        gaps = [abs(b - a) / abs(a) for o, n in zip(old_rows, mine) for a, b in zip(o["test_error"], n["test_error"])]
+        out[f"{protocol}: test error, largest relative gap"] = max(gaps)
+        out[f"{protocol}: test error, median relative gap"] = statistics.median(gaps)
+    out["per point (s, each protocol)"] = "; ".join(
+        r[0]["point"] + ": " + "/".join(f"{x['s']:.1f}" for x in r) for r in zip(*by.values()))
     return out
 
 

@@ -62,8 +62,9 @@ def test_a_narrowed_adam_goes_on_as_before():
 
 
 def test_a_stopped_replica_is_not_evaluated_again(job_config, monkeypatch):
-    """After a seed stops, the objective is computed for the others only: the batch shrinks with every stop
-    (that each seed still ends where it ends alone: tests/test_runner.py)."""
+    """After a seed stops, the objective is computed for the others only: the batch shrinks with every stop,
+    and every seed ends where it ends with the narrowing off (all evaluated, the stopped ones held by
+    L-BFGS); that each seed also ends where it ends alone: tests/test_runner.py."""
     _, cfg = job_config("experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2", "model.lam=0.01",
                         "train.tol_grad=3e-5", "train.steps=100", "n_seeds=4")
     batches = []
@@ -74,11 +75,17 @@ def test_a_stopped_replica_is_not_evaluated_again(job_config, monkeypatch):
         return accumulate(self, backward)
 
     monkeypatch.setattr(TiedAttentionProblem, "accumulate", counted)
-    _, module, *_ = train(cfg, cfg.trainer)
+    problem, module, *_ = train(cfg, cfg.trainer)
     assert len(set(module.stop_step)) == 4, module.stop_step
     training = batches[:-1]  # the last: jobs.fit.convergence's check of every seed at its end point
     assert training[0] == 4 and training == sorted(training, reverse=True) and set(training) == {4, 3, 2, 1}
     assert batches[-1] == 4
+    monkeypatch.setattr(ReplicaModule, "narrowing", False)
+    batches.clear()
+    held, module_held, *_ = train(cfg, cfg.trainer)
+    assert set(batches) == {4} and module_held.stop_step == module.stop_step
+    for p, q in zip(problem.parameters(), held.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-12, atol=1e-12)
 
 
 def test_a_problem_without_the_replica_axis_is_refused():
@@ -91,3 +98,11 @@ def test_a_problem_without_the_replica_axis_is_refused():
 
     with pytest.raises(ValueError, match="replica axis first.*'scale': \\(5,\\)"):
         ReplicaModule(Shared(), "sgd", 0.1, 10, 5)
+
+
+def test_narrowing_is_off_for_lbfgs_only(monkeypatch):
+    """Without narrowing only L-BFGS holds a stopped replica where it stopped: SGD and Adam are refused."""
+    monkeypatch.setattr(ReplicaModule, "narrowing", False)
+    problem = torch.nn.Linear(2, 3)
+    with pytest.raises(ValueError, match="L-BFGS only"):
+        ReplicaModule(problem, "adam", 0.1, 10, 5)

@@ -3,8 +3,9 @@
 Every parameter and data tensor has the replica axis first and the objective is the sum of the
 replicas' objectives, so the gradient of a replica's parameters is its own objective's. SGD and Adam act
 element-wise, and L-BFGS is lit.lbfgs.ReplicaLBFGS (one history, step and line search per replica):
-a seed follows the trajectory it follows alone, under every optimiser. One optimiser step per
-Lightning step; the data live in the problem (buffers, moved with the module), so the loader only ticks.
+a seed follows the trajectory it follows alone, under every optimiser. A Lightning step is one L-BFGS
+step, or the SGD or Adam steps up to the next check; the data live in the problem (buffers, moved with the
+module), so the loader only ticks.
 
 Stopping, per replica. A replica *converged* when its relative gradient ||grad L|| ||theta|| / |L_0|
 (every parameter's entries of that replica, L_0 its objective at the first step; scale-free, so one
@@ -71,6 +72,8 @@ CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
 
 
 class ReplicaModule(pl.LightningModule):
+    narrowing = True  # off only to measure what it saves (pipelines/bench.py; L-BFGS then holds stopped replicas)
+
     def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int,
                  tol: float = 0.0, tol_grad: float = 0.0, tol_move: float = 0.0,
                  initial_objective: torch.Tensor | None = None):
@@ -79,6 +82,8 @@ class ReplicaModule(pl.LightningModule):
         super().__init__()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        if not self.narrowing and optimizer != "lbfgs":
+            raise ValueError("narrowing can be off for L-BFGS only (its stopped replicas are held by the optimiser)")
         if replica_count(problem) is None:
             shapes = {n: tuple(t.shape) for n, t in (*problem.named_parameters(), *problem.named_buffers())}
             raise ValueError(f"{type(problem).__name__}: every parameter and buffer needs the replica axis first, "
@@ -123,7 +128,7 @@ class ReplicaModule(pl.LightningModule):
         """Go on with the replicas that have not stopped only: the training problem and the optimiser's state
         narrowed to them, the stopped ones' parameters written back to `problem` and their metrics kept."""
         keep = [i for i, r in enumerate(self.rows) if self.stop[r] is None]
-        if len(keep) == len(self.rows) or not keep:
+        if not self.narrowing or len(keep) == len(self.rows) or not keep:
             return
         left = [i for i, r in enumerate(self.rows) if self.stop[r] is not None]
         work = self.training_problem
@@ -190,6 +195,8 @@ class ReplicaModule(pl.LightningModule):
                 opt.zero_grad()
                 return self._objective(step)
 
+            if self.stop is not None:  # all of them while narrowing is on
+                opt.optimizer.active = [self.stop[r] is None for r in self.rows]
             objective = opt.step(closure=closure).to(self.initial_objective.device)
             done = step + 1
             logged = done % self.log_every == 0 or done == self.steps
@@ -201,17 +208,19 @@ class ReplicaModule(pl.LightningModule):
                     self._log_curves(done)  # the curves end where training did
                 self._narrow()
             return
-        opt.zero_grad()
-        objective = self._objective(step).detach()
-        if self.checks and step > 0 and step % self.log_every == 0:  # theta_step and its gradient
-            self._check(step, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
-            if self.trainer.should_stop:
-                return  # every replica stopped at theta_step: no step taken
-            self._narrow()  # the stopped replicas leave with their parameters and gradients as tested
-        opt.step()
-        done = step + 1
-        if done % self.log_every == 0 or done == self.steps:
-            self._log_curves(done)
+        # SGD and Adam: one Lightning step runs the optimiser steps up to the next check (log_every of them):
+        # Lightning's hooks around a step cost more than a step of paper A's small problems
+        end = min(step - step % self.log_every + self.log_every, self.steps)  # a logged step
+        for k in range(step, end):
+            opt.zero_grad()
+            objective = self._objective(k).detach()
+            if self.checks and k > 0 and k % self.log_every == 0:  # theta_k and its gradient
+                self._check(k, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
+                if self.trainer.should_stop:
+                    return  # every replica stopped at theta_step: no step taken
+                self._narrow()  # the stopped replicas leave with their parameters and gradients as tested
+            opt.step()
+        self._log_curves(end)
 
     def moved(self, objective: torch.Tensor) -> torch.Tensor:
         """Per training replica: (L_0 - L) / |L_0| > tol_move, the objective fell (strict: with tol_move = 0 it
