@@ -88,16 +88,22 @@ def test_a_stopped_replica_is_not_evaluated_again(job_config, monkeypatch):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-12, atol=1e-12)
 
 
-def test_a_problem_without_the_replica_axis_is_refused():
-    """A buffer without a leading replica axis of the parameters' length: a one-line error naming the shapes."""
+def test_a_problem_without_the_replica_axis_is_refused_unless_it_says_so():
+    """A buffer without a leading replica axis of the parameters' length: a one-line error naming the shapes;
+    named in shared_buffers, it is accepted and every narrowed copy holds that very tensor."""
     class Shared(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(3, 2))
+            self.w = torch.nn.Parameter(torch.arange(6.0).reshape(3, 2))
             self.register_buffer("scale", torch.ones(5))
 
     with pytest.raises(ValueError, match="replica axis first.*'scale': \\(5,\\)"):
         ReplicaModule(Shared(), "sgd", 0.1, 10, 5)
+    problem = Shared()
+    problem.shared_buffers = ("scale",)
+    ReplicaModule(problem, "sgd", 0.1, 10, 5)
+    narrowed = take(problem, torch.tensor([2]))
+    assert narrowed.scale is problem.scale and torch.equal(narrowed.w, problem.w[2:].detach())
 
 
 def test_narrowing_is_off_for_lbfgs_only(monkeypatch):

@@ -77,9 +77,10 @@ def test_a_seed_stops_alone_as_among_others(job_config, case):
 def test_every_experiment_config_composes_and_builds(experiment, profile):
     """The corners of every experiment's grid compose and validate for every profile; for the
     smoke and quick profiles they also build their problem (the paper profile's biggest problems
-    cost memory, not information)."""
+    cost memory, not information), one that can be narrowed to some of its 2 replicas (lit.compaction)."""
     from attnrepro.config import validate
     from attnrepro.jobs.fit import builder
+    from attnrepro.lit.compaction import replica_count
     from attnrepro.seeding import replica_generators
 
     points = grid_points(experiment, profile)
@@ -95,7 +96,7 @@ def test_every_experiment_config_composes_and_builds(experiment, profile):
             assert X.shape == (2, obj.task.n(), 2, obj.task.d) and t.shape == (2, obj.task.n(), 2)
             continue
         problem, derived = builder(obj.task.name)(obj.task, obj.model, obj.train, replica_generators(0, 2))
-        assert derived["lr"] > 0 and problem.evaluate()
+        assert derived["lr"] > 0 and problem.evaluate() and replica_count(problem) == 2
 
 
 def test_key_ignores_logger_and_paths_but_not_numbers(tmp_path):

@@ -23,24 +23,32 @@ def _rows(t: Tensor, rows: Tensor) -> Tensor:
     return out.copy_(t.index_select(0, rows))
 
 
+def shared(problem: nn.Module) -> set[int]:
+    """The ids of the buffers without a replica axis: those a module names in its ``shared_buffers``
+    (a structural constant, as paper A's attention mask)."""
+    return {id(getattr(m, name)) for m in problem.modules() for name in getattr(m, "shared_buffers", ())}
+
+
 def replica_count(problem: nn.Module) -> int | None:
-    """R when every parameter and buffer of the problem has a leading replica axis of one length R, else None
-    (then the problem cannot be narrowed)."""
-    shapes = [t.shape for t in (*problem.parameters(), *problem.buffers())]
+    """R when every parameter and (not shared) buffer of the problem has a leading replica axis of one length
+    R, else None (then the problem cannot be narrowed)."""
+    common = shared(problem)
+    shapes = [t.shape for t in (*problem.parameters(), *problem.buffers()) if id(t) not in common]
     lengths = {s[0] if len(s) else None for s in shapes}
     return lengths.pop() if len(lengths) == 1 and None not in lengths else None
 
 
 def take(problem: nn.Module, rows: Tensor) -> nn.Module:
     """A copy of the problem holding replicas ``rows`` only (in that order): parameters (with their gradients)
-    and buffers are t[rows], new tensors; everything else is copied as it is."""
+    and buffers are t[rows], new tensors; shared buffers are the same tensors; everything else is copied."""
+    common = shared(problem)
     memo = {}
     for p in problem.parameters():
         memo[id(p)] = q = nn.Parameter(_rows(p.detach(), rows), requires_grad=p.requires_grad)
         if p.grad is not None:
             q.grad = _rows(p.grad, rows)
     for b in problem.buffers():
-        memo[id(b)] = _rows(b, rows)
+        memo[id(b)] = b if id(b) in common else _rows(b, rows)
     return copy.deepcopy(problem, memo)
 
 

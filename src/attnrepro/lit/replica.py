@@ -87,7 +87,8 @@ class ReplicaModule(pl.LightningModule):
         if replica_count(problem) is None:
             shapes = {n: tuple(t.shape) for n, t in (*problem.named_parameters(), *problem.named_buffers())}
             raise ValueError(f"{type(problem).__name__}: every parameter and buffer needs the replica axis first, "
-                             f"of one length (lit.compaction); shapes: {shapes}")
+                             f"of one length, or to be named in its module's shared_buffers (lit.compaction); "
+                             f"shapes: {shapes}")
         self.automatic_optimization = False
         self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
         self.steps, self.log_every, self.tol, self.tol_grad, self.tol_move = steps, log_every, tol, tol_grad, tol_move

@@ -29,6 +29,8 @@ from attnrepro.papers.sparse_xor.attention import ATTENTION_MAPS, TwoHeadXorAtte
 
 
 class TwoHeadXorTransformer(nn.Module):
+    shared_buffers = ("mask",)  # one mask for every replica (lit.compaction)
+
     def __init__(self, V: Tensor, theta: Tensor, theta_tilde: Tensor, attention: str):
         super().__init__()
         if attention not in ATTENTION_MAPS:
