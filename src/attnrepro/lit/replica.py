@@ -218,7 +218,7 @@ class ReplicaModule(pl.LightningModule):
             if self.checks and k > 0 and k % self.log_every == 0:  # theta_k and its gradient
                 self._check(k, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
                 if self.trainer.should_stop:
-                    return  # every replica stopped at theta_step: no step taken
+                    return  # every replica stopped at theta_k: no step taken
                 self._narrow()  # the stopped replicas leave with their parameters and gradients as tested
             opt.step()
         self._log_curves(end)
