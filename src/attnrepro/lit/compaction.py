@@ -5,8 +5,8 @@ and a seed that stopped (lit.replica) is frozen for good. Evaluating it with the
 training it: in paper A's trained sweep a few slow seeds ran on for up to 13x the steps of the median one.
 So once a replica stops, training goes on with a copy of the problem holding only the others (``take``) and
 the optimiser's state narrowed to match (``narrow_optimizer``). Every operation acts on each replica on its
-own, so a replica's numbers are the same in a batch of any size (tests/test_runner.py checks it alone and
-beside others).
+own, so a replica's numbers are those of the full batch up to how a smaller batch's products round (equal at
+the tests' sizes, tests/test_runner.py; float32, or float64 at d = 200, can differ in the last digits).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class ReplicaModule(pl.LightningModule):
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
         if not self.narrowing and optimizer != "lbfgs":
             raise ValueError("narrowing can be off for L-BFGS only (its stopped replicas are held by the optimiser)")
-        if replica_count(problem) is None:
+        if (replicas := replica_count(problem)) is None:
             shapes = {n: tuple(t.shape) for n, t in (*problem.named_parameters(), *problem.named_buffers())}
             raise ValueError(f"{type(problem).__name__}: every parameter and buffer needs the replica axis first, "
                              f"of one length, or to be named in its module's shared_buffers (lit.compaction); "
@@ -98,7 +98,7 @@ class ReplicaModule(pl.LightningModule):
         self._last_objective: torch.Tensor | None = None
         # The replicas still training (indices into problem's) and the problem narrowed to them
         # (lit.compaction); kept out of the module's registered children: Lightning moves and counts `problem`
-        self.rows = list(range(replica_count(problem)))
+        self.rows = list(range(replicas))
         self.__dict__["training_problem"] = problem
         self._left: dict[int, dict[str, float]] = {}  # a stopped replica's metrics where it stopped
         # a buffer, so that it moves with the module: Lightning moves the module to the CPU when fit ends
