@@ -35,7 +35,8 @@ Each case runs in its own process, so its peak resident memory is its own.
                  docs/state_evolution.md, "Above alpha_interp").
   channel_accuracy : the output channel's Sobol' rules (2^12 quick, 2^16 paper) against 10^6
                  Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
-  tied_slice   : a fixed slice of paper B's paper profile at d = 200 (--slice-d), 2 seeds, one thread,
+  tied_slice   : a fixed slice of paper B's paper profile at d = 200 (--slice-d), 2 seeds (--slice-seeds;
+                 the paper's 8 with --slice-seeds 8), one thread,
                  trained by L-BFGS to the paper's tol_grad = 2e-5 under three protocols, job by job
                  side by side: float64 throughout (train=lbfgs_fullbatch) with every seed evaluated until
                  the job ends (the protocol before lit.compaction), the same with a stopped seed leaving
@@ -44,7 +45,8 @@ Each case runs in its own process, so its peak resident memory is its own.
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
-                 point's test error under the two.
+                 point's test error under each. --slice-experiments and --slice-protocols (numbers,
+                 0 1 2 in the order above; 0 is the one the others are compared with) run part of it.
   tied_warm_starts : warm starts for tied_interpolation_peak at d = 100, 2 seeds, float64 L-BFGS: each
                  point from the seed's cold init against from the previous point's answer, along the
                  lambda path at alpha = 0.16 (descending, glmnet's pathwise order) and the alpha path at
@@ -402,17 +404,23 @@ SLICE_PROTOCOLS = (  # (name, narrowing stopped replicas out of the batch, overr
 )
 
 
-def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
-    """The slice's jobs under each protocol, alternating job by job (one thread: seconds are core-seconds). The
-    first is the protocol before lit.compaction: a seed that stopped is still evaluated until the job ends."""
+def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...] = (),
+                    protocols: tuple[int, ...] = (0, 1, 2)) -> dict:
+    """The slice's jobs (those of `experiments`, default all) under each of `protocols` (indices into
+    SLICE_PROTOCOLS, the first the one the others are compared with), alternating job by job (one thread:
+    seconds are core-seconds). Protocol 0 is the one before lit.compaction: a seed that stopped is still
+    evaluated until the job ends."""
     import torch
 
     from attnrepro.lit.replica import ReplicaModule
 
     torch.set_num_threads(1)
+    chosen = [SLICE_PROTOCOLS[i] for i in protocols]
     rows = []
     for experiment, point in SLICE:
-        for protocol, narrowing, overrides in SLICE_PROTOCOLS:
+        if experiments and experiment not in experiments:
+            continue
+        for protocol, narrowing, overrides in chosen:
             ReplicaModule.narrowing = narrowing
             cpu = time.process_time()
             _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}",
@@ -426,8 +434,9 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2) -> dict:
             print(f"[tied_slice] {protocol:30s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
                   f"test {rows[-1]['test_error']}", file=sys.stderr, flush=True)
     ReplicaModule.narrowing = True
-    out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {len(SLICE)} L-BFGS jobs per protocol, 1 thread"}
-    by = {name: [r for r in rows if r["protocol"] == name] for name, *_ in SLICE_PROTOCOLS}
+    jobs = len(rows) // len(chosen)
+    out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {jobs} L-BFGS jobs per protocol, 1 thread"}
+    by = {name: [r for r in rows if r["protocol"] == name] for name, *_ in chosen}
     for protocol, mine in by.items():
         out[f"{protocol}: core-seconds"] = sum(r["s"] for r in mine)
         out[f"{protocol}: steps (coarse)"] = f"{sum(r['steps'] for r in mine)} ({sum(r['coarse_steps'] for r in mine)})"
@@ -506,14 +515,26 @@ def main() -> int:
     ap.add_argument("--case", choices=sorted(CASES), help="run one case in this process (internal)")
     ap.add_argument("--only", nargs="*", choices=sorted(CASES), help="cases to run (default: all)")
     ap.add_argument("--slice-d", type=int, default=200, help="tied_slice's d (default 200, the paper's)")
+    ap.add_argument("--slice-seeds", type=int, default=2, help="tied_slice's seeds per job (default 2; the paper's: 8)")
+    ap.add_argument("--slice-experiments", nargs="*", default=[], choices=sorted({e for e, _ in SLICE}),
+                    help="tied_slice's jobs of these experiments only (default: all)")
+    ap.add_argument("--slice-protocols", nargs="*", type=int, default=[0, 1, 2],
+                    choices=range(len(SLICE_PROTOCOLS)), help="tied_slice's protocols, by number (default: 0 1 2)")
     args = ap.parse_args()
+    if len(set(args.slice_protocols)) < 2:
+        ap.error("--slice-protocols needs two or more protocols: the first is the one the others are compared with")
+    slice_args = ["--slice-d", str(args.slice_d), "--slice-seeds", str(args.slice_seeds),
+                  "--slice-experiments", *args.slice_experiments,
+                  "--slice-protocols", *map(str, args.slice_protocols)]
     if args.case:
-        print(json.dumps(CASES[args.case](**({"d": args.slice_d} if args.case == "tied_slice" else {}))))
+        kw = dict(d=args.slice_d, n_seeds=args.slice_seeds, experiments=tuple(args.slice_experiments),
+                  protocols=tuple(args.slice_protocols))
+        print(json.dumps(CASES[args.case](**(kw if args.case == "tied_slice" else {}))))
         return 0
     results = []
     for name in args.only or CASES:
         print(f"[bench] {name} ...", flush=True)
-        out = subprocess.run([sys.executable, __file__, "--case", name, "--slice-d", str(args.slice_d)], cwd=ROOT,
+        out = subprocess.run([sys.executable, __file__, "--case", name, *slice_args], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True)
         if out.returncode != 0:
             return out.returncode

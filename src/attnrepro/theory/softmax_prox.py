@@ -8,8 +8,9 @@ differences u = D x (DifferenceCoordinates; T = 2: u = (x11 - x12, x22 - x12)). 
 
 G = D diag(s) D^T. f is not convex (the softmax's tails are flat): `prox` scans the ellipse that must
 hold the global minimiser (f <= min(f(a), f(fit)) and l >= 0), then runs Newton with an absolute-
-eigenvalue-modified Hessian and a backtracking Armijo line search from three starts, and keeps the
-lowest objective and the best distinct runner-up. A node whose winning start has |grad| > PROX_TOL is
+eigenvalue-modified Hessian and a backtracking Armijo line search from a, from near the exact fit and from
+the SCAN_BASINS lowest basins of the scan (its points below all their neighbours), and keeps the lowest
+objective and the best distinct runner-up. A node whose winning start has |grad| > PROX_TOL is
 reported by the caller (output_channel raises ProxNotSolved).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -27,6 +28,9 @@ NEWTON_STEPS = 100     # ... or after this many steps
 HALVINGS = 60          # backtracking line search: at most this many halvings of the step
 ARMIJO = 1e-4
 SWITCH_WIDTH = 1e-3    # relative objective gap over which a node's derivatives move from one basin to the other
+SCAN_GRID = 13         # T = 2: the scan's grid is SCAN_GRID x SCAN_GRID points of the square, those in the disc
+SCAN_BASINS = 3        # Newton starts from the scan's lowest points of this many of its basins
+SCAN_BLOCK = 4096      # nodes scanned at once
 
 class ProxNotSolved(RuntimeError):
     """The proximal problem's minimiser was not found to PROX_TOL at some node."""
@@ -225,16 +229,25 @@ class ProxSolution:
 
 
 def _unit_ball_points(n_u: int) -> torch.Tensor:
-    """Fixed scan points in the unit ball of R^n_u: a 7 x 7 grid inside the disc (n_u = 2), else 64
-    Sobol' points mapped into the ball."""
+    """Fixed scan points in the unit ball of R^n_u: a SCAN_GRID x SCAN_GRID grid inside the disc (n_u = 2),
+    else 64 Sobol' points mapped into the ball."""
     if n_u == 2:
-        g = torch.linspace(-1, 1, 7, dtype=torch.float64)
+        g = torch.linspace(-1, 1, SCAN_GRID, dtype=torch.float64)
         pts = torch.cartesian_prod(g, g)
         return pts[pts.norm(dim=1) <= 1 + 1e-12]
     from scipy.stats import qmc
 
     x = torch.as_tensor(qmc.Sobol(d=n_u, scramble=True, seed=0).random_base2(6)) * 2 - 1
     return x / x.norm(dim=1, keepdim=True).clamp_min(1.0)
+
+
+@lru_cache(maxsize=None)
+def _scan(n_u: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scan points and each one's 2 n_u nearest others (its grid neighbours for n_u = 2)."""
+    ball = _unit_ball_points(n_u)
+    dist = torch.cdist(ball, ball)
+    dist.fill_diagonal_(math.inf)
+    return ball, dist.topk(2 * n_u, largest=False).indices
 
 
 def prox(coords: DifferenceCoordinates, a: torch.Tensor, Y0: torch.Tensor, fit: torch.Tensor, sigma: float,
@@ -244,33 +257,65 @@ def prox(coords: DifferenceCoordinates, a: torch.Tensor, Y0: torch.Tensor, fit: 
 
     The global minimiser lies in the ellipse where the quadratic part is at most min(f(a), f(fit)) (l >= 0),
     i.e. u = a + sqrt(Sigma) L w with |w| <= rho = sqrt(2 min(f(a), f(fit))), G = L L^T. f is scanned on fixed
-    points of that ellipse, and Newton runs from three starts: u = a, one Newton step off the exact fit,
-    and the scan's best point. The lowest objective is the global minimum; the lowest of the minima
-    distinct from it (|u - u*|_inf > 1e-6 (1 + |u*|_inf)) is kept as the runner-up."""
+    points of that ellipse, and Newton runs from u = a, one Newton step off the exact fit, and the lowest
+    point of each of the scan's SCAN_BASINS lowest basins (a scan point below all its neighbours; the best
+    point's basin first, the best point itself where there are fewer). The lowest objective is the global
+    minimum; the lowest of the minima distinct from it (|u - u*|_inf > 1e-6 (1 + |u*|_inf)) is kept as the
+    runner-up. One start from the scan's best point alone missed the global minimum at up to 6 of a rule's
+    2^14 nodes (and more runner-ups: docs/state_evolution.md, "The prox's starts")."""
     N, n_u = a.shape
     P_quad = coords.G_inv / sigma
     f_a = _objective(a, a, Y0, P_quad, coords, beta, hessian=False)[0]
     f_fit = _objective(fit, a, Y0, P_quad, coords, beta, hessian=False)[0]
     rho = torch.sqrt(2 * torch.minimum(f_a, f_fit))
-    ball = _unit_ball_points(n_u)
-    K = len(ball)
-    scan = a[:, None] + math.sqrt(sigma) * rho[:, None, None] * (ball @ coords.L.T)[None]     # (N, K, n_u)
-    f_scan = _objective(scan.reshape(-1, n_u), a.repeat_interleave(K, 0), Y0.repeat_interleave(K, 0), P_quad, coords,
-                        beta, hessian=False)[0].reshape(N, K)
     rows = torch.arange(N)
-    starts = [a, _fit_predictor(coords, a, Y0, fit, P_quad, beta), scan[rows, f_scan.argmin(1)]]
-    S = len(starts)
-    u = torch.cat(starts)
-    f, g = _newton(u, a.repeat(S, 1), Y0.repeat(S, 1, 1), P_quad, coords, beta)
-    u, f, res = u.reshape(S, N, n_u), f.reshape(S, N), g.reshape(S, N, n_u).abs().amax(-1)
-    k = f.argmin(0)
-    u1 = u[k, rows]
-    other = torch.where(_distinct(u, u1[None]), f, torch.inf)
+    scale = math.sqrt(sigma) * rho
+    ball, neighbours = _scan(n_u)
+    offsets = ball @ coords.L.T                                                              # (K, n_u)
+    picks = torch.cat([_scan_basins(a[lo:lo + SCAN_BLOCK], Y0[lo:lo + SCAN_BLOCK], rho[lo:lo + SCAN_BLOCK],
+                                    scale[lo:lo + SCAN_BLOCK], ball, offsets, neighbours, coords, beta)
+                       for lo in range(0, N, SCAN_BLOCK)])
+    # starts: a, near the exact fit and the scan's best point at every node; another basin's point where it has one
+    starts = [a, _fit_predictor(coords, a, Y0, fit, P_quad, beta), a + scale[:, None] * offsets[picks[:, 0]]]
+    owners = [rows, rows, rows]
+    for j in range(1, SCAN_BASINS):
+        idx = torch.nonzero(picks[:, j] >= 0).squeeze(1)
+        starts.append(a[idx] + scale[idx, None] * offsets[picks[idx, j]])
+        owners.append(idx)
+    u, owner = torch.cat(starts), torch.cat(owners)
+    f, g = _newton(u, a[owner], Y0[owner], P_quad, coords, beta)
+    slot = torch.cat([torch.full((len(o),), j) for j, o in enumerate(owners)])
+    U = torch.full((len(starts), N, n_u), math.nan, dtype=u.dtype)
+    F = torch.full((len(starts), N), math.inf, dtype=f.dtype)
+    R = torch.full((len(starts), N), math.inf, dtype=f.dtype)
+    U[slot, owner], F[slot, owner], R[slot, owner] = u, f, g.abs().amax(-1)
+    k = F.argmin(0)
+    u1 = U[k, rows]
+    other = torch.where(_distinct(U, u1[None]), F, torch.inf)
     k2 = other.argmin(0)
     has2 = torch.isfinite(other[k2, rows])
-    nan = torch.full_like(f[0], math.nan)
-    return ProxSolution(u1, f[k, rows], res[k, rows], torch.where(has2[:, None], u[k2, rows], math.nan),
-                        torch.where(has2, f[k2, rows], nan), torch.where(has2, res[k2, rows], nan))
+    nan = torch.full_like(F[0], math.nan)
+    return ProxSolution(u1, F[k, rows], R[k, rows], torch.where(has2[:, None], U[k2, rows], math.nan),
+                        torch.where(has2, F[k2, rows], nan), torch.where(has2, R[k2, rows], nan))
+
+
+def _scan_basins(a, Y0, rho, scale, ball, offsets, neighbours, coords, beta) -> torch.Tensor:
+    """(n, SCAN_BASINS): per node, the scan points u = a + scale offsets[k] (offsets = ball L^T) lowest in the
+    scan's lowest basins (a point below all its neighbours; the best point first), -1 where the node has fewer.
+    There the quadratic part of f is rho^2 |w|^2 / 2 (w the ball point)."""
+    scan = a[:, None] + scale[:, None, None] * offsets[None]                                 # (n, K, n_u)
+    if coords.T == 2:  # pair_loss, written out
+        loss = ((torch.sigmoid(beta * scan[..., 0]) - Y0[:, None, 0, 0]) ** 2
+                + (torch.sigmoid(beta * scan[..., 1]) - Y0[:, None, 1, 1]) ** 2)
+    else:
+        loss = softmax_loss(coords, scan, Y0[:, None], beta, hessian=False)[0]
+    f = 0.5 * (rho * rho)[:, None] * (ball * ball).sum(-1)[None] + loss                     # (n, K)
+    basin = torch.ones_like(f, dtype=torch.bool)
+    for j in range(neighbours.shape[1]):
+        basin &= f < f[:, neighbours[:, j]]
+    basin[torch.arange(len(f)), f.argmin(1)] = True
+    lowest, picks = torch.where(basin, f, torch.inf).topk(SCAN_BASINS, dim=1, largest=False)
+    return torch.where(torch.isfinite(lowest), picks, -1)
 
 
 def _distinct(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
