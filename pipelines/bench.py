@@ -521,8 +521,9 @@ def main() -> int:
     ap.add_argument("--slice-protocols", nargs="*", type=int, default=[0, 1, 2],
                     choices=range(len(SLICE_PROTOCOLS)), help="tied_slice's protocols, by number (default: 0 1 2)")
     args = ap.parse_args()
-    if len(set(args.slice_protocols)) < 2:
-        ap.error("--slice-protocols needs two or more protocols: the first is the one the others are compared with")
+    if len(set(args.slice_protocols)) < 2 or len(set(args.slice_protocols)) < len(args.slice_protocols):
+        ap.error("--slice-protocols needs two or more different protocols: the first is the one the others are "
+                 "compared with")
     slice_args = ["--slice-d", str(args.slice_d), "--slice-seeds", str(args.slice_seeds),
                   "--slice-experiments", *args.slice_experiments,
                   "--slice-protocols", *map(str, args.slice_protocols)]
