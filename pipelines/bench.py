@@ -45,8 +45,8 @@ Each case runs in its own process, so its peak resident memory is its own.
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
-                 point's test error under each. --slice-experiments and --slice-protocols (numbers,
-                 0 1 2 in the order above; 0 is the one the others are compared with) run part of it.
+                 point's test error under each. --slice-experiments, --slice-lambdas and --slice-protocols
+                 (numbers, 0 1 2 in the order above; 0 is the one the others are compared with) run part of it.
   tied_warm_starts : warm starts for tied_interpolation_peak at d = 100, 2 seeds, float64 L-BFGS: each
                  point from the seed's cold init against from the previous point's answer, along the
                  lambda path at alpha = 0.16 (descending, glmnet's pathwise order) and the alpha path at
@@ -404,9 +404,9 @@ SLICE_PROTOCOLS = (  # (name, narrowing stopped replicas out of the batch, overr
 )
 
 
-def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...] = (),
+def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...] = (), lambdas: tuple[str, ...] = (),
                     protocols: tuple[int, ...] = (0, 1, 2)) -> dict:
-    """The slice's jobs (those of `experiments`, default all) under each of `protocols` (indices into
+    """The slice's jobs (those of `experiments` and `lambdas`, default all) under each of `protocols` (indices into
     SLICE_PROTOCOLS, the first the one the others are compared with), alternating job by job (one thread:
     seconds are core-seconds). Protocol 0 is the one before lit.compaction: a seed that stopped is still
     evaluated until the job ends."""
@@ -418,7 +418,8 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
     chosen = [SLICE_PROTOCOLS[i] for i in protocols]
     rows = []
     for experiment, point in SLICE:
-        if experiments and experiment not in experiments:
+        if (experiments and experiment not in experiments) or (lambdas and not any(
+                f"model.lam={lam}" in point for lam in lambdas)):
             continue
         for protocol, narrowing, overrides in chosen:
             ReplicaModule.narrowing = narrowing
@@ -518,6 +519,9 @@ def main() -> int:
     ap.add_argument("--slice-seeds", type=int, default=2, help="tied_slice's seeds per job (default 2; the paper's: 8)")
     ap.add_argument("--slice-experiments", nargs="*", default=[], choices=sorted({e for e, _ in SLICE}),
                     help="tied_slice's jobs of these experiments only (default: all)")
+    lams = sorted({o.split("=")[1] for _, point in SLICE for o in point if o.startswith("model.lam=")}, key=float)
+    ap.add_argument("--slice-lambdas", nargs="*", default=[], choices=lams,
+                    help="tied_slice's jobs at these lambda only (default: all)")
     ap.add_argument("--slice-protocols", nargs="*", type=int, default=[0, 1, 2],
                     choices=range(len(SLICE_PROTOCOLS)), help="tied_slice's protocols, by number (default: 0 1 2)")
     args = ap.parse_args()
@@ -525,11 +529,11 @@ def main() -> int:
         ap.error("--slice-protocols needs two or more different protocols: the first is the one the others are "
                  "compared with")
     slice_args = ["--slice-d", str(args.slice_d), "--slice-seeds", str(args.slice_seeds),
-                  "--slice-experiments", *args.slice_experiments,
+                  "--slice-experiments", *args.slice_experiments, "--slice-lambdas", *args.slice_lambdas,
                   "--slice-protocols", *map(str, args.slice_protocols)]
     if args.case:
         kw = dict(d=args.slice_d, n_seeds=args.slice_seeds, experiments=tuple(args.slice_experiments),
-                  protocols=tuple(args.slice_protocols))
+                  lambdas=tuple(args.slice_lambdas), protocols=tuple(args.slice_protocols))
         print(json.dumps(CASES[args.case](**(kw if args.case == "tied_slice" else {}))))
         return 0
     results = []
