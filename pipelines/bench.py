@@ -404,6 +404,12 @@ SLICE_PROTOCOLS = (  # (name, narrowing stopped replicas out of the batch, overr
 )
 
 
+def _slice_points(experiments=(), lambdas=()) -> list[tuple[str, list[str]]]:
+    """The SLICE points of `experiments` at `lambdas` (each default: all)."""
+    return [(e, point) for e, point in SLICE if (not experiments or e in experiments)
+            and (not lambdas or any(f"model.lam={lam}" in point for lam in lambdas))]
+
+
 def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...] = (), lambdas: tuple[str, ...] = (),
                     protocols: tuple[int, ...] = (0, 1, 2)) -> dict:
     """The slice's jobs (those of `experiments` and `lambdas`, default all) under each of `protocols` (indices into
@@ -417,10 +423,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
     torch.set_num_threads(1)
     chosen = [SLICE_PROTOCOLS[i] for i in protocols]
     rows = []
-    for experiment, point in SLICE:
-        if (experiments and experiment not in experiments) or (lambdas and not any(
-                f"model.lam={lam}" in point for lam in lambdas)):
-            continue
+    for experiment, point in _slice_points(experiments, lambdas):
         for protocol, narrowing, overrides in chosen:
             ReplicaModule.narrowing = narrowing
             cpu = time.process_time()
@@ -528,6 +531,8 @@ def main() -> int:
     if len(set(args.slice_protocols)) < 2 or len(set(args.slice_protocols)) < len(args.slice_protocols):
         ap.error("--slice-protocols needs two or more different protocols: the first is the one the others are "
                  "compared with")
+    if not _slice_points(args.slice_experiments, args.slice_lambdas):
+        ap.error(f"no tied_slice point of {args.slice_experiments} at lambda in {args.slice_lambdas}")
     slice_args = ["--slice-d", str(args.slice_d), "--slice-seeds", str(args.slice_seeds),
                   "--slice-experiments", *args.slice_experiments, "--slice-lambdas", *args.slice_lambdas,
                   "--slice-protocols", *map(str, args.slice_protocols)]

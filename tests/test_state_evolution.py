@@ -77,7 +77,7 @@ def test_general_softmax_loss_derivatives_at_three_tokens():
     Y = torch.softmax(torch.randn(4, 3, 3, generator=gen, dtype=torch.float64), -1)
     loss, g, H = softmax_loss(c, u, Y, 0.7)
     for i in range(4):
-        f = lambda v, i=i: softmax_loss(c, v[None], Y[i:i + 1], 0.7, hessian=False)[0].sum()  # noqa: E731
+        f = lambda v, i=i: softmax_loss(c, v[None], Y[i:i + 1], 0.7, derivatives=False)[0].sum()  # noqa: E731
         assert torch.allclose(g[i], torch.autograd.functional.jacobian(f, u[i]), atol=1e-12)
         assert torch.allclose(H[i], torch.autograd.functional.hessian(f, u[i]), atol=1e-10)
 

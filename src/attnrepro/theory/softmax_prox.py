@@ -94,22 +94,23 @@ class DifferenceCoordinates:
 
 
 def softmax_loss(coords: DifferenceCoordinates, u: torch.Tensor, Y0: torch.Tensor, beta: float,
-                 hessian: bool = True):
-    """l(u) = 1/2 ||softmax_rows(beta X(u)) - Y0||_F^2, its gradient (..., n_u) and Hessian (..., n_u, n_u).
+                 derivatives: bool = True):
+    """l(u) = 1/2 ||softmax_rows(beta X(u)) - Y0||_F^2, its gradient (..., n_u) and Hessian (..., n_u, n_u)
+    (None, None without `derivatives`: a line search or a scan needs the value only).
 
     Per row a, with P = softmax(beta X_a), R = P - Y0_a, J = diag(P) - P P^T, c = R * P, s = sum c:
     dl/dX_a = beta J R,  d2l/dX_a^2 = beta^2 [J J + diag(c) - c P^T - P c^T + s P P^T - s J].
     T = 2 in closed form (pair_loss); this general form is its check."""
     if coords.T == 2:
-        return pair_loss(u, Y0, beta, hessian)
+        return pair_loss(u, Y0, beta, derivatives)
     P = torch.softmax(beta * coords.logits(u), dim=-1)
     R = P - Y0
     loss = 0.5 * (R * R).sum((-1, -2))
+    if not derivatives:
+        return loss, None, None
     c = R * P
     s = c.sum(-1, keepdim=True)
     grad = coords.pull(beta * (c - P * s))
-    if not hessian:
-        return loss, grad, None
     J = torch.diag_embed(P) - P[..., :, None] * P[..., None, :]
     s2 = s[..., None]
     H = (J @ J + torch.diag_embed(c) - c[..., :, None] * P[..., None, :] - P[..., :, None] * c[..., None, :]
@@ -118,26 +119,27 @@ def softmax_loss(coords: DifferenceCoordinates, u: torch.Tensor, Y0: torch.Tenso
     return loss, grad, Hu
 
 
-def pair_loss(u: torch.Tensor, Y0: torch.Tensor, beta: float, hessian: bool = True):
+def pair_loss(u: torch.Tensor, Y0: torch.Tensor, beta: float, derivatives: bool = True):
     """T = 2: row 1 is (p1, 1 - p1), row 2 (1 - p2, p2), p_i = sigmoid(beta u_i), so with y_i the labels'
     p_i, l = (p1 - y1)^2 + (p2 - y2)^2: dl/du_i = 2 beta p_i' r_i, d2l/du_i^2 = 2 beta^2 (p_i'^2 + r_i p_i'(1 - 2 p_i)),
     p' = p (1 - p), r = p - y; separable, so the Hessian is diagonal."""
     p = torch.sigmoid(beta * u)
     y = torch.stack([Y0[..., 0, 0], Y0[..., 1, 1]], -1)
     r = p - y
+    loss = r[..., 0] * r[..., 0] + r[..., 1] * r[..., 1]   # = (r * r).sum(-1), without a reduction over 2 entries
+    if not derivatives:
+        return loss, None, None
     dp = p * (1 - p)
-    loss = (r * r).sum(-1)
-    grad = 2 * beta * dp * r
-    if not hessian:
-        return loss, grad, None
-    return loss, grad, torch.diag_embed(2 * beta * beta * dp * (dp + r * (1 - 2 * p)))
+    return loss, 2 * beta * dp * r, torch.diag_embed(2 * beta * beta * dp * (dp + r * (1 - 2 * p)))
 
 
-def _objective(u, a, Y0, P_quad, coords, beta, hessian=True):
+def _objective(u, a, Y0, P_quad, coords, beta, derivatives=True):
     r = u - a
     Pr = r @ P_quad
-    loss, g, H = softmax_loss(coords, u, Y0, beta, hessian)
-    return 0.5 * (r * Pr).sum(-1) + loss, g + Pr, (H + P_quad if hessian else None)
+    loss, g, H = softmax_loss(coords, u, Y0, beta, derivatives)
+    if not derivatives:
+        return 0.5 * (r * Pr).sum(-1) + loss, None, None
+    return 0.5 * (r * Pr).sum(-1) + loss, g + Pr, H + P_quad
 
 
 def _modified_newton_step(H: torch.Tensor, g: torch.Tensor, floor: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,14 +183,14 @@ def _newton(u, a, Y0, P_quad, coords, beta):
         # near a minimum where the Hessian is positive definite, a full Newton step whose predicted decrease
         # is below the rounding of f is taken as it is (Armijo cannot see it; Newton converges there)
         take_full = convex & (-slope <= 1e-13 * (1 + fa.abs()))
-        full = _objective(ua + step, ai, yi, P_quad, coords, beta, hessian=False)[0]
+        full = _objective(ua + step, ai, yi, P_quad, coords, beta, derivatives=False)[0]
         found = take_full | (full <= fa + ARMIJO * slope)
         t = torch.ones_like(fa)
         sub = torch.nonzero(~found).squeeze(1)
         if len(sub):  # the rows where the full step fails: the next K step lengths at once
             trial = ua[sub][None] + TRIALS[:, None, None] * step[sub][None]        # (K, n, n_u)
             ft = _objective(trial.reshape(-1, ua.shape[1]), ai[sub].repeat(K, 1), yi[sub].repeat(K, 1, 1), P_quad,
-                            coords, beta, hessian=False)[0].reshape(K, -1)
+                            coords, beta, derivatives=False)[0].reshape(K, -1)
             ok = ft <= fa[sub][None] + ARMIJO * TRIALS[:, None] * slope[sub][None]
             found[sub] = ok.any(0)
             t[sub] = torch.where(ok.any(0), TRIALS[ok.int().argmax(0)], TRIALS[-1])
@@ -198,7 +200,7 @@ def _newton(u, a, Y0, P_quad, coords, beta):
                 break
             t[sub] *= 0.5
             fs = _objective(ua[sub] + t[sub, None] * step[sub], ai[sub], yi[sub], P_quad, coords, beta,
-                            hessian=False)[0]
+                            derivatives=False)[0]
             found[sub] = fs <= fa[sub] + ARMIJO * t[sub] * slope[sub]
         new_u = torch.where(found[:, None], ua + t[:, None] * step, ua)
         u[idx] = new_u
@@ -265,8 +267,8 @@ def prox(coords: DifferenceCoordinates, a: torch.Tensor, Y0: torch.Tensor, fit: 
     2^14 nodes (and more runner-ups: docs/state_evolution.md, "The prox's starts")."""
     N, n_u = a.shape
     P_quad = coords.G_inv / sigma
-    f_a = _objective(a, a, Y0, P_quad, coords, beta, hessian=False)[0]
-    f_fit = _objective(fit, a, Y0, P_quad, coords, beta, hessian=False)[0]
+    f_a = _objective(a, a, Y0, P_quad, coords, beta, derivatives=False)[0]
+    f_fit = _objective(fit, a, Y0, P_quad, coords, beta, derivatives=False)[0]
     rho = torch.sqrt(2 * torch.minimum(f_a, f_fit))
     rows = torch.arange(N)
     scale = math.sqrt(sigma) * rho
@@ -304,11 +306,7 @@ def _scan_basins(a, Y0, rho, scale, ball, offsets, neighbours, coords, beta) -> 
     scan's lowest basins (a point below all its neighbours; the best point first), -1 where the node has fewer.
     There the quadratic part of f is rho^2 |w|^2 / 2 (w the ball point)."""
     scan = a[:, None] + scale[:, None, None] * offsets[None]                                 # (n, K, n_u)
-    if coords.T == 2:  # pair_loss, written out
-        loss = ((torch.sigmoid(beta * scan[..., 0]) - Y0[:, None, 0, 0]) ** 2
-                + (torch.sigmoid(beta * scan[..., 1]) - Y0[:, None, 1, 1]) ** 2)
-    else:
-        loss = softmax_loss(coords, scan, Y0[:, None], beta, hessian=False)[0]
+    loss = softmax_loss(coords, scan, Y0[:, None], beta, derivatives=False)[0]
     f = 0.5 * (rho * rho)[:, None] * (ball * ball).sum(-1)[None] + loss                     # (n, K)
     basin = torch.ones_like(f, dtype=torch.bool)
     for j in range(neighbours.shape[1]):
