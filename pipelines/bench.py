@@ -436,7 +436,8 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
                          "grad_rel": max(fitted["grad_rel"]), "converged": sum(fitted["converged"]),
                          "test_error": rec["metrics"]["test_error"]})
             print(f"[tied_slice] {protocol:30s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
-                  f"test {rows[-1]['test_error']}", file=sys.stderr, flush=True)
+                  f"{rows[-1]['converged']} of {n_seeds} converged, test {rows[-1]['test_error']}",
+                  file=sys.stderr, flush=True)
     ReplicaModule.narrowing = True
     jobs = len(rows) // len(chosen)
     out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {jobs} L-BFGS jobs per protocol, 1 thread"}
