@@ -51,6 +51,10 @@ Each case runs in its own process, so its peak resident memory is its own.
                  point from the seed's cold init against from the previous point's answer, along the
                  lambda path at alpha = 0.16 (descending, glmnet's pathwise order) and the alpha path at
                  lambda = 1e-4: core-seconds, test errors and objectives.
+  exact_fit    : tied_interpolation_threshold's exact-fit jobs at d = 50, Delta in {0.5, 1}, alpha in
+                 {0.14, 0.15, 0.16, 0.17, 0.2} (around the threshold, where FISTA's tail is long), 8 seeds, one
+                 thread, through the pipeline with and without Newton at the iterate's rank (face_polish):
+                 core-seconds, iterations, verdicts and certified minima.
 """
 
 from __future__ import annotations
@@ -509,10 +513,55 @@ def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
     return out
 
 
+def case_exact_fit(d: int = 50, alphas: tuple[float, ...] = (0.14, 0.15, 0.16, 0.17, 0.2)) -> dict:
+    """tied_interpolation_threshold's exact-fit jobs at d, Delta in {0.5, 1} and `alphas` (8 seeds, the quick and
+    paper profiles' seeds and max_iter), each through the pipeline with and without face_polish (Newton at the
+    iterate's rank) side by side, one thread: core-seconds, iterations, and whether verdicts and certified minima
+    agree."""
+    import torch
+
+    from attnrepro.papers.tied_attention import exact_fit
+
+    torch.set_num_threads(1)
+    rows = []
+    for Delta in (0.5, 1.0):
+        for alpha in alphas:
+            point = [f"task.d={d}", f"task.Delta={Delta}", f"task.alpha={alpha}", "n_seeds=8"]
+            by = {}
+            for polish in (False, True):
+                exact_fit.POLISH = polish
+                cpu = time.process_time()
+                _, _, rec = pipeline_job(["experiment=tied_interpolation_threshold", *point])
+                by[polish] = (time.process_time() - cpu, rec)
+            (s0, a), (s1, b) = by[False], by[True]
+            closed = [(x <= 1e-6, y <= 1e-6) for x, y in zip(a["metrics"]["gap"], b["metrics"]["gap"])]
+            both = [i for i, (x, y) in enumerate(closed) if x and y and a["fit"]["status"][i] == "no_fit"]
+            rel = max([abs(b["metrics"]["loss_per_sample"][i] / a["metrics"]["loss_per_sample"][i] - 1) for i in both],
+                      default=0.0)
+            rows.append({"point": " ".join(point[1:3]), "s": (s0, s1), "same verdicts": a["fit"] == b["fit"],
+                         "certified": (sum(x for x, _ in closed), sum(y for _, y in closed)), "rel": rel,
+                         "iterations": (max(a["metrics"]["iterations"]), max(b["metrics"]["iterations"]))})
+            print(f"[exact_fit] {rows[-1]}", file=sys.stderr, flush=True)
+    exact_fit.POLISH = True
+    out = {"case": f"exact-fit test, d={d}, 8 seeds, {len(rows)} jobs, FISTA alone against FISTA + face_polish, "
+                   "1 thread"}
+    out["core-seconds, FISTA alone"] = sum(r["s"][0] for r in rows)
+    out["core-seconds, with face_polish"] = sum(r["s"][1] for r in rows)
+    out["speed-up"] = out["core-seconds, FISTA alone"] / out["core-seconds, with face_polish"]
+    out["jobs with the same verdicts"] = f"{sum(r['same verdicts'] for r in rows)} of {len(rows)}"
+    out["no-fit minima certified to gap 1e-6"] = (f"{sum(r['certified'][0] for r in rows)} -> "
+                                                  f"{sum(r['certified'][1] for r in rows)}")
+    out["largest relative change of a minimum certified by both"] = max(r["rel"] for r in rows)
+    out["per point (s; most iterations)"] = "; ".join(
+        f"{r['point']}: {r['s'][0]:.1f}/{r['s'][1]:.1f} s; {r['iterations'][0]:.0f}/{r['iterations'][1]:.0f}"
+        for r in rows)
+    return out
+
+
 CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized, "tied_authors": case_tied_authors,
          "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se,
          "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit,
-         "tied_slice": case_tied_slice, "tied_warm_starts": case_tied_warm_starts}
+         "tied_slice": case_tied_slice, "tied_warm_starts": case_tied_warm_starts, "exact_fit": case_exact_fit}
 
 
 def main() -> int:

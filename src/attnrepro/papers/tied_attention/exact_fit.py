@@ -76,6 +76,15 @@ Step size: L = lambda_max(A*A) by power iteration times a safety factor, and a f
 loop: each step checks ||A(S_new - Y)||^2 <= L ||S_new - Y||^2 (the exact quadratic upper bound of
 F along the step); a violation increases L for that replica and the step is rejected.
 
+Newton at the iterate's rank (face_polish)
+------------------------------------------
+FISTA's tail is long where a no-fit minimum is small (near the threshold: 1000-5000 iterations at
+d = 50 until the certificate's gap closes). Once a certificate has proved no fit, the iterate's rank k
+is taken as the optimum's and f(V) = F(V V^T), V (d, k), is minimised from V = U_k diag(lam_k)^(1/2) by
+Newton's method (explicit Hessian, O(n d^2 k^2 + d^3 k^3) per step); at the right rank it converges in a
+few steps, and the residual there certifies itself. The point is kept only where its gap closes, so the
+verdicts and their verification above are unchanged: only where the iteration stops moves.
+
 Everything is float64; the cost per iteration is one A (X @ S), one A* (a (d, 2n) x (2n, d) product)
 and one eigh per replica, i.e. O(n d^2 + d^3).
 """
@@ -295,6 +304,112 @@ def dual_certificate(X: Tensor, t: Tensor, r: Tensor, G: Optional[Tensor] = None
 
 
 # ---------------------------------------------------------------------------------------------
+# the face polish
+# ---------------------------------------------------------------------------------------------
+
+POLISH = True  # solve's default: Newton at the iterate's rank (face_polish) to close a proved no-fit's gap
+POLISH_RANK_TOL = 1e-10  # the rank of S: its eigenvalues above this times the largest
+POLISH_MAX_ENTRIES = 2 ** 26  # Newton's Jacobian (2n x dk) or Hessian (dk x dk) above this: no polish (512 MiB)
+POLISH_STEPS = 8
+
+
+def factor_jacobian(X: Tensor, V: Tensor) -> Tensor:
+    """The Jacobian of V -> A(V V^T) at V (d, k), for one replica X (n, 2, d): (2n, d k), row (mu, a) the
+    flattened 2 B_mu,a V, with sqrt(d) B_mu,1 V = x_1 (x_1^T V) - V - (x_1 (x_2^T V) + x_2 (x_1^T V))/2
+    (and 1 <-> 2)."""
+    d = X.shape[-1]
+    x1, x2 = X[:, 0], X[:, 1]
+    p1, p2 = x1 @ V, x2 @ V  # (n, k)
+    cross = 0.5 * (x1[:, :, None] * p2[:, None, :] + x2[:, :, None] * p1[:, None, :])
+    j1 = x1[:, :, None] * p1[:, None, :] - V - cross
+    j2 = x2[:, :, None] * p2[:, None, :] - V - cross
+    return (2.0 / math.sqrt(d)) * torch.stack((j1, j2), dim=1).flatten(2).flatten(0, 1)
+
+
+def _damped_cholesky(H: Tensor) -> Optional[Tensor]:
+    """The Cholesky factor of H + mu I, mu = 1e-10 max|diag H| raised x1e4 until it is positive definite (H is
+    PSD and singular along the rotations at an optimum); None when mu would exceed 1e-2 max|diag H| (H far from
+    PSD: not near an optimum)."""
+    scale = float(H.diagonal().abs().max())
+    eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
+    mu = 1e-10 * scale
+    while mu <= 1e-2 * scale:
+        L, info = torch.linalg.cholesky_ex(H + mu * eye)
+        if int(info) == 0:
+            return L
+        mu *= 1e4
+    return None
+
+
+POLISH_PRICE = 0.5  # a Newton step's flops over FISTA's, times this: what a try costs in FISTA iterations (measured)
+
+
+def _polish_price(n: int, d: int, rank: Tensor) -> Tensor:
+    """What face_polish costs, in FISTA iterations of one replica: three Newton steps, each the Hessian J^T J
+    (2n (dk)^2 flops) and its Cholesky ((dk)^3 / 3), over one FISTA iteration (A and A*, 4 n d^2, and an eigh,
+    about 9 d^3), times POLISH_PRICE (at d = 50, a try took about 0.5 s, 670 iterations of one replica)."""
+    dk = d * rank.double()
+    return POLISH_PRICE * 3 * (2 * n * dk ** 2 + dk ** 3 / 3) / (4 * n * d ** 2 + 9 * d ** 3)
+
+
+def _fista_left(gap_before: Tensor, gap_now: Tensor, iterations: Tensor, gap_tol: float) -> Tensor:
+    """FISTA's iterations still needed to bring the gap to gap_tol at the linear rate seen between two certificates
+    `iterations` apart (gap_before, then gap_now); inf where it did not shrink, 0 before there are two."""
+    rate = torch.log(gap_before / gap_now) / iterations.double()
+    left = torch.log(gap_now / gap_tol) / rate
+    return torch.where(torch.isnan(gap_before), torch.zeros_like(left),
+                       torch.where(rate > 0, left, torch.full_like(left, math.inf)))
+
+
+def face_polish(X: Tensor, t: Tensor, S: Tensor, rank_tol: float = POLISH_RANK_TOL, steps: int = POLISH_STEPS,
+                max_entries: int = POLISH_MAX_ENTRIES) -> Tensor:
+    """S polished at its rank, per replica: with k the number of eigenvalues of S above rank_tol times the
+    largest and V0 = U_k diag(lam_k)^(1/2), Newton's method on f(V) = F(V V^T) = 1/2 ||A(V V^T) - t||^2 over
+    V (d, k): gradient 2 G V and Hessian H[dV] = J^T J dV + 2 G dV (G = A*(A(V V^T) - t), J = factor_jacobian;
+    damped to positive definite by _damped_cholesky, as it is singular along the rotations V -> V Q), each step
+    dV = -H^-1 2 G V halved until f decreases, for at most `steps` steps or until f decreases by less than 1e-12 f.
+    X (R, n, 2, d), t (R, n, 2), S (R, d, d).
+
+    Near an optimum of min_{S PSD} F(S) of rank k this converges fast where FISTA is slow (a near-threshold no-fit
+    took 1000-5000 FISTA iterations), and a no-fit optimum's residual then certifies itself (dual_certificate).
+    The returned V V^T is PSD; it may be worse than S where the rank or the start is wrong, so the caller keeps
+    it only where it helps. A replica whose Jacobian or Hessian would exceed max_entries entries is returned
+    unchanged."""
+    lam, U = _eig(torch.linalg.eigh, S)
+    out = S.clone()
+    n, d = X.shape[-3], X.shape[-1]
+    for r in range(S.shape[0]):
+        on = lam[r] > rank_tol * lam[r, -1]
+        k = int(on.sum())
+        if k == 0 or lam[r, -1] <= 0 or max(2 * n, d * k) * d * k > max_entries:
+            continue
+        Xr, tr = X[r:r + 1], t[r:r + 1]
+        V = U[r][:, on] * lam[r][on].sqrt()
+        f = float(objective(Xr, (V @ V.T)[None], tr))
+        for _ in range(steps):
+            G = adjoint(Xr, logit_differences(Xr, (V @ V.T)[None]) - tr)[0]
+            J = factor_jacobian(Xr[0], V)
+            L = _damped_cholesky(J.T @ J + 2.0 * torch.kron(G, torch.eye(k, dtype=V.dtype, device=V.device)))
+            if L is None:
+                break
+            step = -torch.cholesky_solve((2.0 * G @ V).flatten()[:, None], L).view(d, k)
+            a, fn = 1.0, f
+            while a > 1e-4:
+                Vn = V + a * step
+                fn = float(objective(Xr, (Vn @ Vn.T)[None], tr))
+                if fn < f:
+                    break
+                a *= 0.5
+            if not fn < f:
+                break
+            V, f, converged = Vn, fn, f - fn <= 1e-12 * f
+            if converged:
+                break
+        out[r] = V @ V.T
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # the solver
 # ---------------------------------------------------------------------------------------------
 
@@ -305,7 +420,7 @@ class FitResult:
     = D/n, a certified lower bound on min F / n (0 = the trivial bound); gap = (F - D) / max(F, n fit_tol)
     at the last certificate (nan if none was attempted); grad_map = relative gradient-mapping norm at
     the last check; rank = #eigenvalues of S above 1e-8 * max; dual_y = the certificate y (zeros if
-    none)."""
+    none); polishes = how many times S was replaced by face_polish's point (0 or 1: that closes the gap)."""
 
     status: list[str]
     loss_per_sample: Tensor
@@ -315,6 +430,7 @@ class FitResult:
     max_abs_residual: Tensor
     iterations: Tensor
     restarts: Tensor
+    polishes: Tensor
     rank: Tensor
     eigenvalues: Tensor
     S: Tensor
@@ -328,13 +444,15 @@ class FitResult:
                      dual_bound_per_sample=float(self.dual_bound_per_sample[i]), gap=float(self.gap[i]),
                      grad_map=float(self.grad_map[i]), max_abs_residual=float(self.max_abs_residual[i]),
                      iterations=int(self.iterations[i]), restarts=int(self.restarts[i]),
+                     polishes=int(self.polishes[i]),
                      rank=int(self.rank[i])) for i in range(len(self.status))]
 
 
 def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL, gap_tol: float = 1e-6,
           check_every: int = 20, cert_trigger: float = 1e-6, cert_every: int = 100, L: Optional[Tensor] = None,
           power_iters: int = 60, S_init: Optional[Tensor] = None, require_gap: bool = True,
-          log: Optional[Callable[[int, dict], None]] = None, log_every: int = 500) -> FitResult:
+          log: Optional[Callable[[int, dict], None]] = None, log_every: int = 500,
+          polish: Optional[bool] = None) -> FitResult:
     """Minimise F(S) = 1/2 ||A(S) - t||^2 over PSD S, per replica, and classify fit / no_fit / undecided.
 
     X (R, n, 2, d), t (R, n, 2) (float64 recommended; computed in float64). Start S = S_init or 0.
@@ -342,10 +460,15 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
     check sees a larger curvature). Every iteration: fit test F/n <= fit_tol. Every check_every
     iterations: the gradient mapping, and when it is <= cert_trigger, a dual certificate; "no_fit" when
     D/n > fit_tol and (F - D)/F <= gap_tol (with require_gap=False as soon as D/n > fit_tol: the
-    absence of a fit is then proved but the minimum is only bracketed in [D/n, F/n]).
+    absence of a fit is then proved but the minimum is only bracketed in [D/n, F/n]). With polish (default
+    POLISH), a replica whose certificate proves no fit but leaves the gap open, and whose gap FISTA would take
+    longer to close (at the rate seen since the last certificate) than a Newton try costs (_polish_price), is
+    also tried at face_polish(S), Newton's method at S's rank, and takes that point where it closes the gap (a
+    failed try waits cert_every, 2 cert_every, 4 cert_every ... iterations); either point's dual bound is kept.
     log(k, info) is called every log_every iterations with info = dict(active=[replica ids],
     loss_per_sample=, grad_map=, gap=, L=) (lists over the active replicas)."""
     t0 = time.perf_counter()
+    polish = POLISH if polish is None else polish
     X = X.to(torch.float64)
     t = t.to(torch.float64)
     R, n, _, d = X.shape
@@ -363,6 +486,7 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
     y_out = torch.zeros(R, n, 2, dtype=torch.float64, device=dev)
     it_out = torch.zeros(R, dtype=torch.long)
     rs_out = torch.zeros(R, dtype=torch.long)
+    po_out = torch.zeros(R, dtype=torch.long)
 
     # working state over the active replicas idx
     idx = torch.arange(R, device=dev)
@@ -372,6 +496,9 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
     Y, AY = S.clone(), AS.clone()
     tk = torch.ones(R, dtype=torch.float64, device=dev)
     restarts = torch.zeros(R, dtype=torch.long, device=dev)
+    polished = torch.zeros(R, dtype=torch.long, device=dev)
+    polish_at = torch.zeros(R, dtype=torch.long, device=dev)
+    polish_wait = torch.full((R,), cert_every, dtype=torch.long, device=dev)
     best_dual = torch.zeros(R, dtype=torch.float64, device=dev)
     best_y = torch.zeros(R, n, 2, dtype=torch.float64, device=dev)
     gap_a = torch.full((R,), float("nan"), dtype=torch.float64, device=dev)
@@ -386,7 +513,7 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
             status[i] = label
             S_out[i], gap_out[i], gm_out[i] = S[j], gap_a[j], gm_a[j]
             dual_out[i], y_out[i] = best_dual[j], best_y[j]
-            it_out[i], rs_out[i], Lr[i] = k, restarts[j], La[j]
+            it_out[i], rs_out[i], po_out[i], Lr[i] = k, restarts[j], polished[j], La[j]
 
     k = 0
     fit = F / n <= fit_tol
@@ -400,7 +527,8 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
                 break
             Xa, ta, La, sc = Xa[keep], ta[keep], La[keep], sc[keep]
             S, AS, Y, AY, tk, F = S[keep], AS[keep], Y[keep], AY[keep], tk[keep], F[keep]
-            restarts, best_dual, best_y = restarts[keep], best_dual[keep], best_y[keep]
+            restarts, polished, best_dual, best_y = restarts[keep], polished[keep], best_dual[keep], best_y[keep]
+            polish_at, polish_wait = polish_at[keep], polish_wait[keep]
             gap_a, gm_a, last_cert = gap_a[keep], gm_a[keep], last_cert[keep]
         if k >= max_iter:
             break
@@ -439,8 +567,37 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
             want = (gm_a <= cert_trigger) & ~fit & (k - last_cert >= cert_every)
             if bool(want.any()):
                 w = torch.nonzero(want).flatten()
+                since = k - last_cert[w]
                 last_cert[w] = k
                 y, D = dual_certificate(Xa[w], ta[w], r[w], G[w])
+                if polish:  # a proved no-fit whose gap FISTA closes more slowly than Newton would: face_polish
+                    Dw = torch.maximum(D, best_dual[w])
+                    gap_w = (F[w] - Dw) / torch.clamp_min(F[w], n * fit_tol)
+                    lam_w = _eig(torch.linalg.eigvalsh, S[w])
+                    rank = (lam_w > POLISH_RANK_TOL * lam_w[:, -1:]).sum(-1)
+                    trial = ((Dw / n > fit_tol) & (gap_w > gap_tol) & (k >= polish_at[w])
+                             & (_fista_left(gap_a[w], gap_w, since, gap_tol) > _polish_price(n, d, rank)))
+                if polish and bool(trial.any()):
+                    v = w[trial]
+                    Sp = face_polish(Xa[v], ta[v], S[v])
+                    ASp = logit_differences(Xa[v], Sp)
+                    rp = ASp - ta[v]
+                    Fp = 0.5 * rp.square().sum((-2, -1))
+                    yp, Dp = dual_certificate(Xa[v], ta[v], rp)
+                    Dv, yv = D[trial], y[trial]
+                    yv = torch.where((Dp > Dv)[:, None, None], yp, yv)  # a dual bound holds whatever its primal point
+                    Dv = torch.maximum(Dv, Dp)
+                    y[trial], D[trial] = yv, Dv
+                    gp = (Fp - torch.maximum(Dv, best_dual[v])) / torch.clamp_min(Fp, n * fit_tol)
+                    take = (Fp < F[v]) & ((Fp / n <= fit_tol) | (gp <= gap_tol))
+                    if bool(take.any()):  # keep the polished point: its gap is closed (or it fits)
+                        b = v[take]
+                        S[b], AS[b], F[b] = Sp[take], ASp[take], Fp[take]
+                        polished[b] += 1
+                        fit = F / n <= fit_tol
+                    failed = v[~take]
+                    polish_wait[failed] *= 2
+                    polish_at[failed] = k + polish_wait[failed]
                 upd = D > best_dual[w]
                 best_dual[w] = torch.where(upd, D, best_dual[w])
                 best_y[w] = torch.where(upd[:, None, None], y, best_y[w])
@@ -468,5 +625,5 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
     rank = (lam > 1e-8 * lam.amax(-1, keepdim=True).clamp_min(1e-300)).sum(-1)
     return FitResult(status=status, loss_per_sample=loss, dual_bound_per_sample=dual_out / n, gap=gap_out,
                      grad_map=gm_out, max_abs_residual=res.abs().amax((-2, -1)), iterations=it_out,
-                     restarts=rs_out, rank=rank, eigenvalues=lam, S=S_out, dual_y=y_out, lipschitz=Lr,
+                     restarts=rs_out, polishes=po_out, rank=rank, eigenvalues=lam, S=S_out, dual_y=y_out, lipschitz=Lr,
                      seconds=time.perf_counter() - t0, history=history)

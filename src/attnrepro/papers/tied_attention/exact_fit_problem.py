@@ -12,7 +12,7 @@ problem min_{S PSD} 1/2 |A(S) - t|^2 is solved by problems.psd_exact_fit, and th
 - metrics: fits (1 = exact fit, residual per sample <= fit_tol; 0 = a certified minimum above it;
   NaN = undecided at the iteration cap), loss_per_sample (the smallest residual per sample found),
   dual_bound_per_sample (its certified lower bound), gap, grad_map, max_abs_residual, iterations,
-  rank_fraction (rank of S / d);
+  polishes (1 where Newton at the iterate's rank closed the gap), rank_fraction (rank of S / d);
 - derived: n, Q0; fit: status ("fit", "no_fit", "undecided") per seed;
 - arrays: the eigenvalues of S.
 """
@@ -70,7 +70,8 @@ def fit(cfg) -> dict:
         "metrics": {"fits": [code[s] for s in res.status], "loss_per_sample": as_list(res.loss_per_sample),
                     "dual_bound_per_sample": as_list(res.dual_bound_per_sample), "gap": as_list(res.gap),
                     "grad_map": as_list(res.grad_map), "max_abs_residual": as_list(res.max_abs_residual),
-                    "iterations": as_list(res.iterations.double()), "rank_fraction": as_list(res.rank.double() / d)},
+                    "iterations": as_list(res.iterations.double()),
+                    "polishes": as_list(res.polishes.double()), "rank_fraction": as_list(res.rank.double() / d)},
         "curves": {"step": []},
         "arrays": {"eigenvalues": as_list(res.eigenvalues.flip(-1))},
         "timings": {"setup_s": t1 - t0, "train_s": t2 - t1, "steps": int(res.iterations.max()), "device": str(device)},
