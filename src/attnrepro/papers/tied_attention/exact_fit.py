@@ -361,6 +361,23 @@ def _fista_left(gap_before: Tensor, gap_now: Tensor, iterations: Tensor, gap_tol
                        torch.where(rate > 0, left, torch.full_like(left, math.inf)))
 
 
+def _try_polish(X: Tensor, t: Tensor, S: Tensor, F: Tensor, y: Tensor, D: Tensor, best_dual: Tensor, fit_tol: float,
+                gap_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One try of face_polish for the replicas given (S, its F, the certificate y, D just made at S, the best
+    bound so far): (S', A(S'), F(S'), take, y, D) with take where S' fits or closes the gap (and F(S') < F), and
+    (y, D) the better of the two certificates (a dual bound holds whatever primal point it came from)."""
+    n = X.shape[-3]
+    Sp = face_polish(X, t, S)
+    ASp = logit_differences(X, Sp)
+    rp = ASp - t
+    Fp = 0.5 * rp.square().sum((-2, -1))
+    yp, Dp = dual_certificate(X, t, rp)
+    y, D = torch.where((Dp > D)[:, None, None], yp, y), torch.maximum(D, Dp)
+    gap = (Fp - torch.maximum(D, best_dual)) / torch.clamp_min(Fp, n * fit_tol)
+    take = (Fp < F) & ((Fp / n <= fit_tol) | (gap <= gap_tol))
+    return Sp, ASp, Fp, take, y, D
+
+
 def face_polish(X: Tensor, t: Tensor, S: Tensor, rank_tol: float = POLISH_RANK_TOL, steps: int = POLISH_STEPS,
                 max_entries: int = POLISH_MAX_ENTRIES) -> Tensor:
     """S polished at its rank, per replica: with k the number of eigenvalues of S above rank_tol times the
@@ -573,31 +590,22 @@ def solve(X: Tensor, t: Tensor, max_iter: int = 20000, fit_tol: float = FIT_TOL,
                 if polish:  # a proved no-fit whose gap FISTA closes more slowly than Newton would: face_polish
                     Dw = torch.maximum(D, best_dual[w])
                     gap_w = (F[w] - Dw) / torch.clamp_min(F[w], n * fit_tol)
-                    lam_w = _eig(torch.linalg.eigvalsh, S[w])
-                    rank = (lam_w > POLISH_RANK_TOL * lam_w[:, -1:]).sum(-1)
-                    trial = ((Dw / n > fit_tol) & (gap_w > gap_tol) & (k >= polish_at[w])
-                             & (_fista_left(gap_a[w], gap_w, since, gap_tol) > _polish_price(n, d, rank)))
-                if polish and bool(trial.any()):
-                    v = w[trial]
-                    Sp = face_polish(Xa[v], ta[v], S[v])
-                    ASp = logit_differences(Xa[v], Sp)
-                    rp = ASp - ta[v]
-                    Fp = 0.5 * rp.square().sum((-2, -1))
-                    yp, Dp = dual_certificate(Xa[v], ta[v], rp)
-                    Dv, yv = D[trial], y[trial]
-                    yv = torch.where((Dp > Dv)[:, None, None], yp, yv)  # a dual bound holds whatever its primal point
-                    Dv = torch.maximum(Dv, Dp)
-                    y[trial], D[trial] = yv, Dv
-                    gp = (Fp - torch.maximum(Dv, best_dual[v])) / torch.clamp_min(Fp, n * fit_tol)
-                    take = (Fp < F[v]) & ((Fp / n <= fit_tol) | (gp <= gap_tol))
-                    if bool(take.any()):  # keep the polished point: its gap is closed (or it fits)
-                        b = v[take]
-                        S[b], AS[b], F[b] = Sp[take], ASp[take], Fp[take]
-                        polished[b] += 1
+                    trial = (Dw / n > fit_tol) & (gap_w > gap_tol) & (k >= polish_at[w])
+                    if bool(trial.any()):
+                        lam_w = _eig(torch.linalg.eigvalsh, S[w])
+                        rank = (lam_w > POLISH_RANK_TOL * lam_w[:, -1:]).sum(-1)
+                        trial &= _fista_left(gap_a[w], gap_w, since, gap_tol) > _polish_price(n, d, rank)
+                    if bool(trial.any()):
+                        v = w[trial]
+                        Sp, ASp, Fp, take, y[trial], D[trial] = _try_polish(
+                            Xa[v], ta[v], S[v], F[v], y[trial], D[trial], best_dual[v], fit_tol, gap_tol)
+                        kept = v[take]
+                        S[kept], AS[kept], F[kept] = Sp[take], ASp[take], Fp[take]
+                        polished[kept] += 1
                         fit = F / n <= fit_tol
-                    failed = v[~take]
-                    polish_wait[failed] *= 2
-                    polish_at[failed] = k + polish_wait[failed]
+                        failed = v[~take]
+                        polish_wait[failed] *= 2
+                        polish_at[failed] = k + polish_wait[failed]
                 upd = D > best_dual[w]
                 best_dual[w] = torch.where(upd, D, best_dual[w])
                 best_y[w] = torch.where(upd[:, None, None], y, best_y[w])
