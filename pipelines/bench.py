@@ -39,9 +39,11 @@ Each case runs in its own process, so its peak resident memory is its own.
                  the paper's 8 with --slice-seeds 8), one thread,
                  trained by L-BFGS to the paper's tol_grad = 2e-5 under three protocols, job by job
                  side by side: float64 throughout (train=lbfgs_fullbatch) with every seed evaluated until
-                 the job ends (the protocol before lit.compaction), the same with a stopped seed leaving
-                 the batch (the default), and that with float32 until the relative gradient is 2e-4 or
-                 the objective stalls, then float64 from there (train=lbfgs_mixed_precision). tied_error_vs_alpha at
+                 the job ends and every L-BFGS step run to its 20 iterations (the protocol before
+                 lit.compaction and the per-iteration gradient test), float64 with a seed's step ending at
+                 tol_grad and a stopped seed leaving the batch, and that with float32 (approximate Wolfe line
+                 search) until the relative gradient is 1.5e-5 or the objective stalls, then float64 from
+                 there (train=lbfgs_mixed_precision, paper B's lambda > 0 default). tied_error_vs_alpha at
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
@@ -401,10 +403,10 @@ def _mixed(point: list[str]) -> list[str]:
     return [o for o in point if o != "train=lbfgs_fullbatch"] + ["train=lbfgs_mixed_precision"]
 
 
-SLICE_PROTOCOLS = (  # (name, narrowing stopped replicas out of the batch, overrides of the point)
-    ("float64, every seed evaluated", False, lambda point: point),
-    ("float64", True, lambda point: point),
-    ("float32 -> float64", True, _mixed),
+SLICE_PROTOCOLS = (  # (name, the protocol's lit.replica settings, overrides of the point)
+    ("float64, every seed evaluated", {"narrowing": False, "step_gradient_test": False}, lambda point: point),
+    ("float64", {"narrowing": True, "step_gradient_test": True}, lambda point: point),
+    ("float32 -> float64", {"narrowing": True, "step_gradient_test": True}, _mixed),
 )
 
 
@@ -418,8 +420,8 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
                     protocols: tuple[int, ...] = (0, 1, 2)) -> dict:
     """The slice's jobs (those of `experiments` and `lambdas`, default all) under each of `protocols` (indices into
     SLICE_PROTOCOLS, the first the one the others are compared with), alternating job by job (one thread:
-    seconds are core-seconds). Protocol 0 is the one before lit.compaction: a seed that stopped is still
-    evaluated until the job ends."""
+    seconds are core-seconds). Protocol 0 is the one before lit.compaction and the per-iteration gradient test:
+    a seed that stopped is still evaluated until the job ends, and an L-BFGS step runs all its iterations."""
     import torch
 
     from attnrepro.lit.replica import ReplicaModule
@@ -428,8 +430,9 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
     chosen = [SLICE_PROTOCOLS[i] for i in protocols]
     rows = []
     for experiment, point in _slice_points(experiments, lambdas):
-        for protocol, narrowing, overrides in chosen:
-            ReplicaModule.narrowing = narrowing
+        for protocol, settings, overrides in chosen:
+            for name, value in settings.items():
+                setattr(ReplicaModule, name, value)
             cpu = time.process_time()
             _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}",
                                       *overrides(point)])
@@ -442,7 +445,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
             print(f"[tied_slice] {protocol:30s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
                   f"{rows[-1]['converged']} of {n_seeds} converged, test {rows[-1]['test_error']}",
                   file=sys.stderr, flush=True)
-    ReplicaModule.narrowing = True
+    ReplicaModule.narrowing = ReplicaModule.step_gradient_test = True
     jobs = len(rows) // len(chosen)
     out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {jobs} L-BFGS jobs per protocol, 1 thread"}
     by = {name: [r for r in rows if r["protocol"] == name] for name, *_ in chosen}

@@ -65,8 +65,8 @@ def test_a_stopped_replica_is_not_evaluated_again(job_config, monkeypatch):
     """After a seed stops, the objective is computed for the others only: the batch shrinks with every stop,
     and every seed ends where it ends with the narrowing off (all evaluated, the stopped ones held by
     L-BFGS); that each seed also ends where it ends alone: tests/test_runner.py."""
-    _, cfg = job_config("experiment=tied_interpolation_peak", "task.d=16", "task.alpha=0.2", "model.lam=0.01",
-                        "train.tol_grad=3e-5", "train.steps=100", "n_seeds=4")
+    _, cfg = job_config("experiment=tied_interpolation_peak", "train=lbfgs_fullbatch", "task.d=16", "task.alpha=0.2",
+                        "model.lam=0.01", "train.tol_grad=3e-5", "train.steps=100", "n_seeds=4")
     batches = []
     accumulate = TiedAttentionProblem.accumulate
 

@@ -8,8 +8,8 @@ from attnrepro.jobs.grid import compose
 from attnrepro.jobs.records import read_record, record_path
 from attnrepro.jobs.training import job_key, run_job
 
-POINT = ["experiment=tied_interpolation_peak", "task.d=20", "task.alpha=0.16", "n_seeds=3", "train.tol_grad=2e-5"]
-COARSE = ["train.coarse_dtype=float32", "train.coarse_tol_grad=2e-4", "train.coarse_tol=1e-6"]
+POINT = ["experiment=tied_interpolation_peak", "task.d=20", "task.alpha=0.16", "n_seeds=3", "train.tol_grad=1e-6"]
+COARSE = ["train=lbfgs_mixed_precision"]
 
 
 def _record(tmp_path, *overrides):
@@ -20,13 +20,15 @@ def _record(tmp_path, *overrides):
 
 @pytest.mark.parametrize("lam", [0.01, 0.1])
 def test_two_precisions_reach_the_float64_minimiser(tmp_path, lam):
-    """At lambda > 0 the two-stage run and the float64 run (an independent start of the float64 solver)
-    end at the same minimiser: test errors to 1e-4 (relative), the float64 gradient recorded and within
-    tol_grad; steps count both stages, and the curves run on without a repeated step."""
-    plain = _record(tmp_path / "f64", f"model.lam={lam}")
+    """At lambda > 0 the two-stage run (float32 to its own tolerance, 1.5e-5) and the float64 run (an
+    independent start of the float64 solver), both to a relative gradient of 1e-6, end at the same minimiser:
+    test errors to 1e-4 (relative; 3e-5 measured), the float64 gradient recorded and within tol_grad; steps
+    count both stages, and the curves run on without a repeated step. (At the profiles' tol_grad = 2e-5 the
+    two ends differ by 3.4e-4 here: the objective is that flat.)"""
+    plain = _record(tmp_path / "f64", f"model.lam={lam}", "train=lbfgs_fullbatch")
     mixed = _record(tmp_path / "mixed", f"model.lam={lam}", *COARSE)
     assert all(plain["fit"]["converged"]) and all(mixed["fit"]["converged"])
-    assert max(mixed["fit"]["grad_rel"]) <= 2e-5
+    assert max(mixed["fit"]["grad_rel"]) <= 1e-6
     np.testing.assert_allclose(mixed["metrics"]["test_error"], plain["metrics"]["test_error"], rtol=1e-4)
     np.testing.assert_allclose(mixed["fit"]["objective_start"], plain["fit"]["objective_start"], rtol=1e-12)
     t = mixed["timings"]
@@ -40,7 +42,7 @@ def test_two_precisions_reach_the_float64_minimiser(tmp_path, lam):
 @pytest.mark.parametrize("overrides, field", [
     (["train=adam_fullbatch", "train.coarse_dtype=float32", "train.coarse_tol_grad=1e-3"], "train.coarse_dtype"),
     (["train.coarse_dtype=float64", "train.coarse_tol_grad=1e-3"], "train.coarse_dtype"),
-    (["train.coarse_dtype=float32"], "train.coarse_tol_grad"),
+    (["train=lbfgs_fullbatch", "train.coarse_dtype=float32"], "train.coarse_tol_grad"),
     (["train.coarse_dtype=float32", "train.coarse_tol=-1"], "train.coarse_tol"),
 ])
 def test_a_first_stage_that_cannot_work_is_a_config_error(overrides, field):

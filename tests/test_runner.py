@@ -209,8 +209,8 @@ def test_lbfgs_checks_its_gradient_at_every_step(job_config):
     """L-BFGS (each step up to 20 iterations) stops at the first step whose relative gradient meets
     tol_grad, not at the next logged step: with logs every 1000 steps a small tied job still stops
     early, its curves end at that step and every seed's recomputed gradient meets the tolerance."""
-    cfg, _ = job_config("experiment=tied_interpolation_peak", "task.d=16", "model.lam=0.01", "task.alpha=0.2",
-                        "n_seeds=2", "train.steps=150", "train.log_every=1000", "train.tol_grad=1e-4")
+    cfg, _ = job_config("experiment=tied_interpolation_peak", "train=lbfgs_fullbatch", "task.d=16", "model.lam=0.01",
+                        "task.alpha=0.2", "n_seeds=2", "train.steps=150", "train.log_every=1000", "train.tol_grad=1e-4")
     assert run_job(cfg)["status"] == "complete"
     rec = read_record(record_path(cfg.paths.outputs, cfg.experiment, job_key(cfg)))
     steps = rec["timings"]["steps"]

@@ -22,6 +22,12 @@ def _quiet_lightning() -> None:
         warnings.filterwarnings("ignore", pattern)
 
 
+COARSE_F_NOISE = 1e-6
+"""The first (float32) stage's L-BFGS takes approximate Wolfe points with f known to 1e-6 |f| (Hager and
+Zhang's default; float32 rounds a paper-B objective to about 5e-8 of itself, while its gradient is exact to
+1e-6 of tol_grad's scale): without it the stage's line search stalled near a relative gradient of 1e-4."""
+
+
 def train(cfg, trainer_cfg):
     """Build the job's problem (all seeds as replicas) and train it. cfg: validated object config.
     With train.coarse_dtype, L-BFGS runs first on the same problem in that dtype (built from the same
@@ -51,7 +57,7 @@ def train(cfg, trainer_cfg):
                           replica_generators(cfg.seed, cfg.n_seeds))
         L0 = problem.accumulate(None)  # both stages measure their gradient against L_0 in dtype
         t1 = time.perf_counter()
-        first = fit_replicas(coarse, tc, lr, tc.coarse_tol, tc.coarse_tol_grad, trainer_cfg, L0)
+        first = fit_replicas(coarse, tc, lr, tc.coarse_tol, tc.coarse_tol_grad, trainer_cfg, L0, COARSE_F_NOISE)
         with torch.no_grad():
             for p, q in zip(problem.parameters(), first.problem.parameters(), strict=True):
                 p.copy_(q)
@@ -71,15 +77,17 @@ def train(cfg, trainer_cfg):
     return problem, module, derived, fitted, timings
 
 
-def fit_replicas(problem, tc, lr: float, tol: float, tol_grad: float, trainer_cfg, initial_objective=None):
+def fit_replicas(problem, tc, lr: float, tol: float, tol_grad: float, trainer_cfg, initial_objective=None,
+                 f_noise: float = 0.0):
     """Train `problem`'s replicas from their current parameters with train config tc's optimizer, steps and
-    log_every, to tol / tol_grad (relative to initial_objective, when given); the ReplicaModule, trained."""
+    log_every, to tol / tol_grad (relative to initial_objective, when given), L-BFGS's line search taking
+    approximate Wolfe points with f_noise (lit.lbfgs); the ReplicaModule, trained."""
     import pytorch_lightning as pl
 
     from attnrepro.lit.replica import ReplicaModule, TickDataModule
 
     module = ReplicaModule(problem, tc.optimizer.value, lr, tc.steps, tc.log_every, tol, tol_grad, tc.tol_move,
-                           initial_objective=initial_objective)
+                           initial_objective=initial_objective, f_noise=f_noise)
     trainer = pl.Trainer(
         accelerator=trainer_cfg.accelerator, devices=trainer_cfg.devices, max_steps=tc.steps,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,

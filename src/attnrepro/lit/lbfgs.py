@@ -44,17 +44,33 @@ def cubic_minimum(x1: float, f1: float, g1: float, x2: float, f2: float, g2: flo
     return min(max(x, lo), hi)
 
 
+APPROXIMATE_DELTA = 0.1  # Hager and Zhang's delta: the approximate Wolfe condition's g(x + t d).d <= (2 delta - 1) gtd
+
+
 def strong_wolfe(d: Tensor, t: float, f: float, g: Tensor, gtd: float, c1: float = 1e-4, c2: float = 0.9,
-                 tolerance_change: float = 1e-9, max_ls: int = 25) -> Search:
+                 tolerance_change: float = 1e-9, max_ls: int = 25, f_noise: float = 0.0) -> Search:
     """A step t along d from x (f, g, gtd = g.d there) meeting the strong Wolfe conditions
     f(x + t d) <= f + c1 t gtd and |g(x + t d).d| <= -c2 gtd: bracketing, then zoom by cubic interpolation
-    (torch.optim.lbfgs._strong_wolfe, step for step)."""
+    (torch.optim.lbfgs._strong_wolfe, step for step).
+
+    f_noise > 0 (an absolute error of f): a trial also ends the search where it meets Hager and Zhang's
+    approximate Wolfe conditions, c2 gtd <= g(x + t d).d <= (2 delta - 1) gtd with f(x + t d) <= f + f_noise
+    (CG_DESCENT, 2005): the decrease c1 t gtd near a minimum falls below the rounding of f (float32: about
+    1e-7 |f|), where the derivative along d, a sum of the gradient's own rounding, is still exact enough."""
     d_norm = float(d.abs().max())
+
+    def approximate(f_new: float, gtd_new: float) -> bool:
+        return f_noise > 0 and f_new <= f + f_noise and c2 * gtd <= gtd_new <= (2 * APPROXIMATE_DELTA - 1) * gtd
+
     f_new, g_new = yield t
     evals, gtd_new = 1, float(g_new.dot(d))
     t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
     done, ls_iter = False, 0
     while ls_iter < max_ls:
+        if approximate(f_new, gtd_new):
+            bracket, bf, bg, bgtd = [t], [f_new], [g_new], [gtd_new]
+            done = True
+            break
         if f_new > f + c1 * t * gtd or (ls_iter > 1 and f_new >= f_prev):
             bracket, bf, bg, bgtd = [t_prev, t], [f_prev, f_new], [g_prev, g_new], [gtd_prev, gtd_new]
             break
@@ -89,7 +105,10 @@ def strong_wolfe(d: Tensor, t: float, f: float, g: Tensor, gtd: float, c1: float
             insufficient = False
         f_new, g_new = yield t
         evals, gtd_new, ls_iter = evals + 1, float(g_new.dot(d)), ls_iter + 1
-        if f_new > f + c1 * t * gtd or f_new >= bf[low]:
+        if approximate(f_new, gtd_new):
+            bracket[low], bf[low], bg[low], bgtd[low] = t, f_new, g_new, gtd_new
+            done = True
+        elif f_new > f + c1 * t * gtd or f_new >= bf[low]:
             bracket[high], bf[high], bg[high], bgtd[high] = t, f_new, g_new, gtd_new
             low, high = (0, 1) if bf[0] <= bf[1] else (1, 0)
         else:
@@ -121,19 +140,24 @@ class ReplicaLBFGS(torch.optim.Optimizer):
     """L-BFGS per replica (module docstring). ``step(closure)``: closure() fills p.grad with the gradient of
     the summed objective and returns the (R,) per-replica objective; returns the (R,) objective at the new
     points, with p.grad holding each replica's gradient there. ``active``: the replicas to move (all by
-    default)."""
+    default). ``gradient_tol``: per replica, a bound on ||g|| ||x|| (all of its parameters) that also ends
+    its step, at the first iteration that meets it (lit.replica sets it to tol_grad |L_0|, its relative
+    gradient test); ``f_noise``: the line search's approximate Wolfe test (strong_wolfe) with
+    f_noise |f| as the error of f."""
 
     def __init__(self, params, lr: float = 1.0, max_iter: int = 20, max_eval: int | None = None,
-                 tolerance_grad: float = 1e-7, tolerance_change: float = 1e-9, history_size: int = 10):
+                 tolerance_grad: float = 1e-7, tolerance_change: float = 1e-9, history_size: int = 10,
+                 f_noise: float = 0.0):
         defaults = dict(lr=lr, max_iter=max_iter, max_eval=max_eval or max_iter * 5 // 4,
                         tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
-                        history_size=history_size)
+                        history_size=history_size, f_noise=f_noise)
         super().__init__(params, defaults)
         self._params = self.param_groups[0]["params"]
         self.replicas = self._params[0].shape[0]
         if any(p.shape[0] != self.replicas for p in self._params):
             raise ValueError("every parameter needs the replica axis first, of one length")
         self.active = [True] * self.replicas
+        self.gradient_tol: list[float] | None = None
         self.replica_states: list[ReplicaState] | None = None
 
     def narrow(self, params: list[Tensor], keep: list[int]) -> None:
@@ -142,6 +166,8 @@ class ReplicaLBFGS(torch.optim.Optimizer):
         self.param_groups[0]["params"] = self._params = list(params)
         self.replicas = len(keep)
         self.active = [self.active[r] for r in keep]
+        if self.gradient_tol is not None:
+            self.gradient_tol = [self.gradient_tol[r] for r in keep]
         if self.replica_states is not None:
             self.replica_states = [self.replica_states[r] for r in keep]
 
@@ -162,13 +188,19 @@ class ReplicaLBFGS(torch.optim.Optimizer):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
         return f.to(torch.float64), self._flat(grads).clone()
 
-    def _replica_step(self, s: ReplicaState, f: float, g: Tensor):
+    def _replica_step(self, s: ReplicaState, f: float, g: Tensor, gradient_tol: float):
         """One torch L-BFGS step of one replica from s.x (f, g there): yields trial steps along s.d, receives
-        (f, g) there; moves s.x and returns (f, g) at the new point."""
+        (f, g) there; moves s.x and returns (f, g) at the new point. It ends early where ||g|| ||x|| <=
+        gradient_tol (as where torch's max |g| <= tolerance_grad)."""
         group = self.param_groups[0]
         lr, tol_grad, tol_change = group["lr"], group["tolerance_grad"], group["tolerance_change"]
         max_iter, max_eval, history = group["max_iter"], group["max_eval"], group["history_size"]
-        if float(g.abs().max()) <= tol_grad:
+
+        def small(g: Tensor) -> bool:
+            return float(g.abs().max()) <= tol_grad or (
+                gradient_tol > 0 and float(g.norm()) * float(s.x.norm()) <= gradient_tol)
+
+        if small(g):
             return f, g
         n_iter, evals = 0, 1
         while n_iter < max_iter:
@@ -196,10 +228,11 @@ class ReplicaLBFGS(torch.optim.Optimizer):
             gtd = float(g.dot(s.d))
             if gtd > -tol_change:
                 break
-            f, g, s.t, ls_evals = yield from strong_wolfe(s.d, s.t, f, g, gtd, max_ls=max_eval - evals)
+            f, g, s.t, ls_evals = yield from strong_wolfe(s.d, s.t, f, g, gtd, max_ls=max_eval - evals,
+                                                          f_noise=group["f_noise"] * abs(f))
             s.x.add_(s.d, alpha=s.t)
             evals += ls_evals
-            if n_iter == max_iter or evals >= max_eval or float(g.abs().max()) <= tol_grad:
+            if n_iter == max_iter or evals >= max_eval or small(g):
                 break
             if float(s.d.abs().max()) * abs(s.t) <= tol_change or abs(f - prev_f) < tol_change:
                 break
@@ -216,9 +249,10 @@ class ReplicaLBFGS(torch.optim.Optimizer):
         f, G = self._evaluate(closure, X)
         final = [(float(f[r]), G[r]) for r in range(self.replicas)]
         searches, trials = {}, {}
+        gradient_tol = self.gradient_tol or [0.0] * self.replicas
         for r in range(self.replicas):
             if self.active[r]:
-                searches[r] = self._replica_step(self.replica_states[r], *final[r])
+                searches[r] = self._replica_step(self.replica_states[r], *final[r], gradient_tol[r])
                 self._advance(searches, trials, final, r, None)
         while trials:
             trial = X.clone()

@@ -65,7 +65,8 @@ LBFGS_HISTORY = 10
 OPTIMIZERS = {
     "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
     "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
-    "lbfgs": lambda params, lr: ReplicaLBFGS(params, lr=lr, history_size=LBFGS_HISTORY, tolerance_change=0.0),
+    "lbfgs": lambda params, lr, f_noise=0.0: ReplicaLBFGS(params, lr=lr, history_size=LBFGS_HISTORY,
+                                                         tolerance_change=0.0, f_noise=f_noise),
 }
 
 CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
@@ -73,13 +74,17 @@ CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
 
 class ReplicaModule(pl.LightningModule):
     narrowing = True  # off only to measure what it saves (pipelines/bench.py; L-BFGS then holds stopped replicas)
+    step_gradient_test = True  # off only to measure what it saves: an L-BFGS step then runs its 20 iterations
 
     def __init__(self, problem: torch.nn.Module, optimizer: str, lr: float, steps: int, log_every: int,
                  tol: float = 0.0, tol_grad: float = 0.0, tol_move: float = 0.0,
-                 initial_objective: torch.Tensor | None = None):
+                 initial_objective: torch.Tensor | None = None, f_noise: float = 0.0):
         """initial_objective: L_0 when training goes on from an earlier stage (else the objective at the
-        first step)."""
+        first step); f_noise: L-BFGS's line search takes approximate Wolfe points, f within f_noise |f|
+        (lit.lbfgs.strong_wolfe)."""
         super().__init__()
+        if f_noise and optimizer != "lbfgs":
+            raise ValueError(f"f_noise is a setting of L-BFGS's line search, not of {optimizer!r}")
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
         if not self.narrowing and optimizer != "lbfgs":
@@ -90,7 +95,7 @@ class ReplicaModule(pl.LightningModule):
                              f"of one length, or to be named in its module's shared_buffers (lit.compaction); "
                              f"shapes: {shapes}")
         self.automatic_optimization = False
-        self.problem, self.optimizer_name, self.lr = problem, optimizer, lr
+        self.problem, self.optimizer_name, self.lr, self.f_noise = problem, optimizer, lr, f_noise
         self.steps, self.log_every, self.tol, self.tol_grad, self.tol_move = steps, log_every, tol, tol_grad, tol_move
         self.curves: dict[str, list] = {"step": []}
         self.stop: list[str | None] | None = None   # per replica: why it stopped (None: still training)
@@ -111,7 +116,8 @@ class ReplicaModule(pl.LightningModule):
         return self.tol > 0 or self.tol_grad > 0
 
     def configure_optimizers(self):
-        return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr)
+        extra = {"f_noise": self.f_noise} if self.f_noise else {}
+        return OPTIMIZERS[self.optimizer_name](list(self.problem.parameters()), self.lr, **extra)
 
     def _log_curves(self, step: int) -> None:
         """Append every replica's metrics at `step` (a stopped one's as it stopped); stop on non-finite ones."""
@@ -198,6 +204,10 @@ class ReplicaModule(pl.LightningModule):
 
             if self.stop is not None:  # all of them while narrowing is on
                 opt.optimizer.active = [self.stop[r] is None for r in self.rows]
+            if self.step_gradient_test and self.tol_grad > 0 and self.initial_objective is not None:
+                # a replica's step ends at the iteration its relative gradient meets tol_grad
+                L0 = self.initial_objective[self.rows].abs()
+                opt.optimizer.gradient_tol = (self.tol_grad * L0).tolist()
             objective = opt.step(closure=closure).to(self.initial_objective.device)
             done = step + 1
             logged = done % self.log_every == 0 or done == self.steps
