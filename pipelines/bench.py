@@ -393,7 +393,7 @@ SLICE = [  # (experiment, the point's overrides): the paper grid's L-BFGS points
     *[("tied_error_vs_alpha", [f"task.alpha={a}", f"model.lam={lam}", "task.Delta=0.5", "train=lbfgs_fullbatch",
                                "train.tol=0", "train.tol_grad=2e-5"])
       for a in (0.15, 0.2) for lam in (0.001, 0.01, 0.1, 0.3)],
-    *[("tied_interpolation_peak", ["task.alpha=0.16", f"model.lam={lam}"])
+    *[("tied_interpolation_peak", ["task.alpha=0.16", f"model.lam={lam}", "train=lbfgs_fullbatch"])
       for lam in (0.0001, 0.001, 0.01, 0.03, 0.1, 0.3)],
 ]
 
@@ -489,7 +489,8 @@ def case_tied_warm_starts(d: int = 100, n_seeds: int = 2) -> dict:
     for name, points in paths.items():
         seconds, gaps, previous = {"cold": 0.0, "warm": 0.0}, [], None
         for point in points:
-            obj = validate(compose(["experiment=tied_interpolation_peak", f"task.d={d}", f"n_seeds={n_seeds}", *point]))
+            obj = validate(compose(["experiment=tied_interpolation_peak", "train=lbfgs_fullbatch", f"task.d={d}",
+                                    f"n_seeds={n_seeds}", *point]))
             answers = {}
             for start in ("cold", "warm") if previous is not None else ("cold",):
                 problem, _ = build(obj.task, obj.model, obj.train, replica_generators(obj.seed, n_seeds))
