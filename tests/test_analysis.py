@@ -309,6 +309,20 @@ def test_report_has_every_registered_figure(fake_outputs):
     assert "loss is nan" in html  # the failed job's reason is shown
 
 
+def test_report_in_two_processes_is_the_report_in_one(fake_outputs):
+    out, _, _ = fake_outputs
+    for cache in (out / "results").glob("*.render.json"):
+        cache.unlink()  # every figure drawn again, not reused
+    two = build_report(out, workers=2)
+    assert not two.reused and not two.errors, two.errors
+    pngs = {p.name: p.stat().st_mtime_ns for p in (out / "figures").glob("*.png")}
+    for cache in (out / "results").glob("*.render.json"):
+        cache.unlink()
+    one = build_report(out, workers=1)
+    pd.testing.assert_frame_equal(two.claims, one.claims)
+    assert len(pngs) == len(specs()) and all((out / "figures" / n).stat().st_mtime_ns > t for n, t in pngs.items())
+
+
 def test_report_renders_empty_tables(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "status.json").write_text(json.dumps({"profile": "smoke"}))

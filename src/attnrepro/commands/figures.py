@@ -3,6 +3,7 @@
 claim, its stable id first) and claims_diff.csv (against the profile's reference, reference/claims_<profile>.csv).
 
     attnrepro figures [figures=xor_phase_dm,...] [profile=quick] [outputs=DIR] [wandb=true] [refresh_reference=true]
+                      [workers=<cores>]
 
 Reads only <outputs>/results/ (run `attnrepro aggregate` first): no training, no records. Without figures=,
 the figures that have data there: a table with rows, a table that failed, or records (even failed ones)
@@ -16,22 +17,24 @@ computed, or claim ids are missing or repeated (the report still lists it). wand
 figure and the claims table to one W&B run (job_type report). refresh_reference=true makes this run's
 claims.csv the profile's reference (commit it): the figures drawn replace their rows and every other
 figure's rows are kept (with figures=, or when figures without data were skipped); the whole reference is
-replaced only when every registered figure was drawn. It needs a source checkout: from an installed wheel
+replaced only when every registered figure was drawn. The figures are drawn in `workers` processes (default:
+one per core), each with one torch thread. It needs a source checkout: from an installed wheel
 (`pip install .`) it is an error, before anything is drawn.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from attnrepro.commands.args import UsageError, default_outputs, parse
 
 
 def render(outputs: str, figures: list[str] | None = None, profile: str | None = None, wandb: bool = False,
-           refresh_reference: bool = False, with_data: bool = False) -> int:
-    """Draw the figures (all, or those named), write the report and claims; 1 when one failed.
-    with_data (the command without figures=): instead of all, those with data (`_with_data`); `reproduce`
-    leaves it off and draws every figure of what it ran."""
+           refresh_reference: bool = False, with_data: bool = False, workers: int = 1) -> int:
+    """Draw the figures (all, or those named; in `workers` processes), write the report and claims; 1 when
+    one failed. with_data (the command without figures=): instead of all, those with data (`_with_data`);
+    `reproduce` leaves it off and draws every figure of what it ran."""
     from attnrepro.locations import CHECKOUT
     from attnrepro.report.aggregate import CorruptStatus, aggregate, read_status
     from attnrepro.report.figure_spec import specs
@@ -57,7 +60,7 @@ def render(outputs: str, figures: list[str] | None = None, profile: str | None =
                          f"not {profile!r}: run `attnrepro aggregate profile={profile}`")
     if with_data and not figures:
         figures = _with_data(outputs)
-    report = build_report(outputs, figures)
+    report = build_report(outputs, figures, workers)
     print(report.summary())
     if wandb:
         from attnrepro.jobs.tracking import log_report
@@ -153,6 +156,8 @@ def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse(argv, {"figures": [], "profile": "", "outputs": default_outputs(), "wandb": False,
-                        "refresh_reference": False}, __doc__)
+                        "refresh_reference": False, "workers": str(os.cpu_count() or 1)}, __doc__)
+    if not args["workers"].isdigit() or int(args["workers"]) < 1:
+        raise UsageError(f"workers must be a whole number >= 1, got {args['workers']!r}")
     return render(args["outputs"], args["figures"] or None, args["profile"] or None, args["wandb"],
-                  args["refresh_reference"], with_data=True)
+                  args["refresh_reference"], with_data=True, workers=int(args["workers"]))

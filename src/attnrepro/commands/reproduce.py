@@ -14,7 +14,7 @@ first, the most jobs first), each worker with cores / workers torch threads
 over); their output lines are prefixed with the experiment. Each sweep's wall time is written to
 <outputs>/report/sweep_seconds.csv (copy it over the reference to refresh the order). Then the theory
 curves of the experiments that have them (cached alike), the aggregate stage (tables) and the figure
-stage (figures, report, claims).
+stage (figures, report, claims; the figures drawn in `workers` processes).
 A second run with nothing changed computes nothing.
 
 launcher=slurm (or slurm_gpu, any conf/hydra/launcher/ file of a submitit SLURM launcher): every sweep and
@@ -135,7 +135,7 @@ def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
     status = aggregate(outputs, profile, figures, log=log)
     rc_agg = int(any(status["figures"][f].get("error") for f in (figures or status["figures"])))
     log("\n=== figures and report ===")
-    rc_fig = figure_stage.render(outputs, figures, profile)
+    rc_fig = figure_stage.render(outputs, figures, profile, workers=int(args["workers"]))
     log(f"\nreproduce-figures finished in {time.perf_counter() - start:.1f}s")
     if failed:
         log(f"sweeps that did not finish: {failed} (their recorded jobs are in the report)")

@@ -12,7 +12,10 @@ import base64
 import hashlib
 import html
 import json
+import multiprocessing
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -196,6 +199,31 @@ def _render(spec, outputs: Path) -> tuple[Rendered, bool]:
     return r, False
 
 
+def _render_apart(name: str, outputs: Path) -> tuple:
+    """_render of the figure `name` in a worker process (one torch thread): its files written and its figure
+    closed there; (estimates, claims, errors, reused), what the report needs of it."""
+    import torch
+
+    torch.set_num_threads(1)
+    r, reused = _render(specs([name])[0], outputs)
+    if r.figure is not None:
+        close([r.figure])
+    return r.estimates, r.claims, r.errors, reused
+
+
+def _render_all(selected: list, outputs: Path, workers: int) -> list[tuple[Rendered, bool]]:
+    """_render of every spec, in `workers` forked processes where there are several figures and this process
+    runs no other thread (a fork copies one thread only: one holding a lock would leave it held), else here
+    one after the other. Each figure's files and numbers are the same either way."""
+    if workers <= 1 or len(selected) < 2 or threading.active_count() > 1:
+        return [_render(spec, outputs) for spec in selected]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(min(workers, len(selected)), mp_context=context) as pool:
+        done = list(pool.map(_render_apart, [s.name for s in selected], [outputs] * len(selected)))
+    return [(Rendered(spec, None, estimates, claims, errors), reused)
+            for spec, (estimates, claims, errors, reused) in zip(selected, done, strict=True)]
+
+
 def _diff_html(diff: pd.DataFrame | None, note: str) -> str:
     if diff is None or diff.empty:
         return f"<p>{_esc(note)}.</p>"
@@ -206,17 +234,17 @@ def _diff_html(diff: pd.DataFrame | None, note: str) -> str:
             f"<th>held</th><th>holds</th></tr>{rows}</table>")
 
 
-def build_report(outputs: str | Path, names: Sequence[str] | None = None) -> Report:
+def build_report(outputs: str | Path, names: Sequence[str] | None = None, workers: int = 1) -> Report:
     """Render every selected figure from outputs/results/ (reusing those whose table and code did not
-    change), save it, compare the claims with the profile's reference, and write the report."""
+    change; in `workers` processes), save it, compare the claims with the profile's reference, and write the
+    report."""
     outputs = Path(outputs)
     status = read_status(outputs)
     rendered, reused = [], []
-    for spec in specs(names):
-        r, was_reused = _render(spec, outputs)
+    for r, was_reused in _render_all(list(specs(names)), outputs, workers):
         rendered.append(r)
         if was_reused:
-            reused.append(spec.name)
+            reused.append(r.spec.name)
     claims = pd.DataFrame([c.row() for r in rendered for c in r.claims], columns=COLUMNS)
     diff, note = against_reference(claims, status.get("profile"),
                                    [r.spec.name for r in rendered] if names is not None else None)
