@@ -3,6 +3,7 @@
 import json
 import math
 import shutil
+import threading
 import zlib
 
 import numpy as np
@@ -311,6 +312,7 @@ def test_report_has_every_registered_figure(fake_outputs):
 
 def test_report_in_two_processes_is_the_report_in_one(fake_outputs):
     out, _, _ = fake_outputs
+    assert threading.active_count() == 1  # else build_report draws in this process: the forked path is under test
     for cache in (out / "results").glob("*.render.json"):
         cache.unlink()  # every figure drawn again, not reused
     two = build_report(out, workers=2)

@@ -38,3 +38,10 @@ def parse(argv: list[str], defaults: dict[str, Any], doc: str) -> dict[str, Any]
             raise UsageError(f"unknown argument {arg!r}; this command takes {', '.join(f'{k}=...' for k in defaults)}")
         out[key] = _value(text, defaults[key])
     return out
+
+
+def worker_count(text: str) -> int:
+    """A `workers=` argument as a whole number >= 1; a UsageError otherwise."""
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"workers must be a whole number >= 1, got {text!r}")
+    return int(text)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-from attnrepro.commands.args import UsageError, default_outputs, parse
+from attnrepro.commands.args import UsageError, default_outputs, parse, worker_count
 
 
 def render(outputs: str, figures: list[str] | None = None, profile: str | None = None, wandb: bool = False,
@@ -157,7 +157,5 @@ def _refresh(report, profile: str | None, figures: list[str] | None) -> None:
 def main(argv: list[str]) -> int:
     args = parse(argv, {"figures": [], "profile": "", "outputs": default_outputs(), "wandb": False,
                         "refresh_reference": False, "workers": str(os.cpu_count() or 1)}, __doc__)
-    if not args["workers"].isdigit() or int(args["workers"]) < 1:
-        raise UsageError(f"workers must be a whole number >= 1, got {args['workers']!r}")
     return render(args["outputs"], args["figures"] or None, args["profile"] or None, args["wandb"],
-                  args["refresh_reference"], with_data=True, workers=int(args["workers"]))
+                  args["refresh_reference"], with_data=True, workers=worker_count(args["workers"]))

@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from attnrepro.commands.args import UsageError, default_outputs, parse
+from attnrepro.commands.args import UsageError, default_outputs, parse, worker_count
 from attnrepro.jobs.local_sweeps import Worker, count_pending, run_sweeps, stop_workers, sweep_size
 from attnrepro.jobs.sweep_seconds import outputs_table, read_sweep_seconds, write_sweep_seconds
 
@@ -59,8 +59,7 @@ def main(argv: list[str]) -> int:
                         "workers": str(min(2, os.cpu_count() or 1)), "accept_failed": False, "launcher": ""},
                  __doc__)
     profile, outputs = args["profile"], args["outputs"]
-    if not args["workers"].isdigit() or int(args["workers"]) < 1:
-        raise UsageError(f"workers must be a whole number >= 1, got {args['workers']!r}")
+    worker_count(args["workers"])
     if profile not in ("smoke", "quick", "paper"):
         raise UsageError(f"profile must be smoke, quick or paper, got {profile!r}")
     names = args["experiments"] or experiments()
