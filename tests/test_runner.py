@@ -132,6 +132,40 @@ def test_divergence_is_recorded_as_failed(job_config):
     assert rec["status"] == "failed" and "Divergence" in rec["reason"] and "non-finite" in rec["reason"]
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_non_finite_gradient_between_checks_still_fails_the_job(optimizer):
+    """SGD and Adam check the gradient at logged steps only: a NaN gradient at step 2 of 5 (the objective
+    still finite) makes the next objective non-finite, and training stops there with Divergence."""
+    from types import SimpleNamespace
+
+    from attnrepro.jobs.fit import fit_replicas
+    from attnrepro.lit.replica import Divergence
+
+    class Bowl(torch.nn.Module):
+        calls = 0
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3, 2, dtype=torch.float64))
+
+        def accumulate(self, backward):
+            w = self.w * 1
+            if Bowl.calls == 2:
+                w.register_hook(lambda g: torch.full_like(g, float("nan")))
+            Bowl.calls += 1
+            loss = 0.5 * (w * w).sum(-1)
+            backward(loss.sum())
+            return loss.detach()
+
+        def evaluate(self):
+            return {"loss": 0.5 * (self.w * self.w).sum(-1).detach()}
+
+    tc = SimpleNamespace(optimizer=SimpleNamespace(value=optimizer), steps=20, log_every=5, tol_move=0.0)
+    with pytest.raises(Divergence, match="non-finite training loss at step 3 in replicas \\[0, 1, 2\\]"):
+        fit_replicas(Bowl(), tc, 0.1, 0.0, 0.0, SimpleNamespace(accelerator="cpu", devices=1))
+    assert Bowl.calls == 4
+
+
 @pytest.mark.parametrize("override,field", [
     ("task.d=1", "task.d"), ("model.m=0", "model.m"), ("train.lr=0", "train.lr"),
     ("train.lr=-1", "train.lr"), ("n_seeds=0", "n_seeds"), ("task.noise=0.5", "task.noise"),

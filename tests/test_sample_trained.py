@@ -1,6 +1,7 @@
 """Paper A on n samples: the test error, the head-split measure, the sample-size config, the step size
 per optimiser, and the sample-complexity claims on synthetic tables with a known exponent."""
 
+import copy
 import math
 
 import matplotlib.pyplot as plt
@@ -54,6 +55,39 @@ def test_samples_are_drawn_as_by_stacking_and_a_capped_chunk_gives_the_same_loss
     assert got._chunk(1000) == 3
     capped = loss_and_grad()
     assert torch.allclose(full[0], capped[0], rtol=1e-13) and torch.allclose(full[1], capped[1], rtol=1e-13)
+
+
+def test_inputs_kept_as_int8_give_the_numbers_of_inputs_kept_in_the_training_dtype(monkeypatch):
+    """Above STORED_ENTRIES x stays int8 and each chunk is converted into one reused buffer: the loss, gradient
+    and 0/1 error of every pass (a short last chunk, and a narrowed copy of three of the replicas) are those of
+    x kept in float64, bit for bit."""
+    from attnrepro.lit.compaction import take
+    from attnrepro.papers.sparse_xor.attention import TwoHeadXorAttention
+
+    supports, (n, d) = [(0, 1), (2, 4), (1, 3), (0, 5)], (53, 6)
+    model = TwoHeadXorAttention.draw(replica_generators(9, 4), d, 5, "softmax", "independent")
+    p, q = (torch.tensor([s[k] for s in supports]) for k in (0, 1))
+
+    def problem(stored):
+        monkeypatch.setattr(P, "STORED_ENTRIES", stored)
+        train = P.SampleSet.draw(replica_generators(7, 4), n, d, supports, 0.1, torch.float64)
+        test = P.SampleSet.draw(replica_generators(8, 4), 31, d, supports, 0.0, torch.float64)
+        return P.XorAttentionProblem(copy.deepcopy(model), p, q, 0.1, train, chunk=16, save_attention=False,
+                                     test=test)
+
+    def numbers(pb):
+        for par in pb.parameters():
+            par.grad = None
+        out = [pb.accumulate(lambda loss: loss.backward()), *(par.grad.clone() for par in pb.parameters())]
+        return out + list(pb.evaluate().values())
+
+    kept, int8 = problem(2**30), problem(0)
+    assert kept.samples.x.dtype == torch.float64 and int8.samples.x.dtype == torch.int8
+    for _ in range(2):  # the second pass reuses the buffer
+        assert all(torch.equal(a, b) for a, b in zip(numbers(kept), numbers(int8), strict=True))
+    rows = torch.tensor([3, 0, 2])
+    assert all(torch.equal(a, b) for a, b in zip(numbers(take(kept, rows)), numbers(take(int8, rows)), strict=True))
+    assert int8.samples._buffer.shape == (4, 16, d) and int8.samples._buffer.stride()[1] == 1  # position-major
 
 
 def test_split_needs_one_head_on_p_and_the_other_on_q():

@@ -17,14 +17,19 @@ Backward = Optional[Callable[[Tensor], None]]
 # one-step jobs have R = 100 seeds at d = 1024, where train.chunk = 8192 samples alone would be 6.7 GB per
 # chunk (and its autograd copies); every quick-profile job stays below it, so its chunks are train.chunk.
 CHUNK_ENTRIES = 2**28
+# x is kept in the training dtype up to this many entries (R * n * d; 128 MiB in float64), else as int8. Fresh
+# memory is dear: the quick profile's d = 256, n = 32768 one-step job (40 replicas) spent 7.7 s of kernel time
+# on its 2.7 GB float64 copy of x (945k page faults) against 7.6 s of computing; one reused chunk buffer
+# (671 MB there) gives the same numbers.
+STORED_ENTRIES = 2**24
 
 
 class SampleSet(nn.Module):
     """n i.i.d. (x, y) per replica: x (R, n, d), y (R, n) (buffers, so they follow the device).
 
-    Stored in the training dtype when it fits (<= 2^29 entries: 2 GiB in float32, 4 GiB in
-    float64), else as int8 and converted chunk by chunk; a chunk is at most train.chunk samples and
-    CHUNK_ENTRIES entries. x is laid out position-major (a (R, n, d)
+    Stored in the training dtype up to STORED_ENTRIES entries, else as int8 and converted chunk by chunk
+    into one buffer that every pass reuses; a chunk is at most train.chunk samples and CHUNK_ENTRIES
+    entries. x is laid out position-major (a (R, n, d)
     view of a contiguous (R, d, n) tensor), so that the two heads' dot products, (R, 2, d)(R, d, n),
     and their gradient run as wide matrix products: on CPU (MKL) the (R, n, d)(R, d, 2) products
     took about 5x longer at d = 256, n = 4096, 24 replicas.
@@ -46,11 +51,30 @@ class SampleSet(nn.Module):
             y[r] = X.labels(xr, p, q, noise, g)
             x[r] = xr.T
         x = x.transpose(1, 2)
-        return cls(x.to(dtype), y.to(dtype)) if x.numel() <= 2**29 else cls(x, y)
+        return cls(x.to(dtype), y.to(dtype)) if x.numel() <= STORED_ENTRIES else cls(x, y)
 
     def _chunk(self, chunk: int) -> int:
         """Samples per chunk: at most `chunk`, and at most CHUNK_ENTRIES entries (R * chunk * d)."""
         return max(1, min(chunk, CHUNK_ENTRIES // (self.x.shape[0] * self.x.shape[2])))
+
+    def __getstate__(self):  # a copy (lit.compaction.take) makes its own chunk buffer
+        state = self.__dict__.copy()
+        state.pop("_buffer", None)
+        return state
+
+    def _inputs(self, i: int, chunk: int, dtype) -> Tensor:
+        """x of samples i to i + chunk in `dtype`: a view where x is stored in it, else converted into the
+        chunk buffer (kept between passes; position-major, as x)."""
+        x = self.x[:, i:i + chunk]
+        if x.dtype == dtype:
+            return x
+        buf = self.__dict__.get("_buffer")
+        if (buf is None or buf.dtype != dtype or buf.device != x.device or buf.shape[0] != x.shape[0]
+                or buf.shape[1] < x.shape[1]):
+            R, _, d = x.shape
+            buf = torch.empty(R, d, x.shape[1], dtype=dtype, device=x.device).transpose(1, 2)
+            self.__dict__["_buffer"] = buf
+        return buf[:, :x.shape[1]].copy_(x)
 
     def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:
         """(1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 per replica, evaluated `chunk` samples at a time.
@@ -58,7 +82,7 @@ class SampleSet(nn.Module):
         n, chunk = self.x.shape[1], self._chunk(chunk)
         total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
         for i in range(0, n, chunk):
-            xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
+            xc, yc = self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype)
             with torch.set_grad_enabled(backward is not None):
                 loss = 0.5 * ((f(xc) - yc) ** 2).sum(-1) / n
                 if backward is not None:
@@ -72,7 +96,7 @@ class SampleSet(nn.Module):
         n, chunk = self.x.shape[1], self._chunk(chunk)
         wrong = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
         for i in range(0, n, chunk):
-            xc, yc = self.x[:, i:i + chunk].to(dtype), self.y[:, i:i + chunk].to(dtype)
+            xc, yc = self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype)
             wrong += (torch.sign(f(xc)) != yc).to(dtype).sum(-1)
         return wrong / n
 
