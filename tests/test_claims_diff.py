@@ -37,6 +37,11 @@ def test_a_run_of_some_figures_is_compared_with_those_figures_claims_only(tmp_pa
     diff, note = claims_diff.against_reference(now, "paper")  # every figure drawn: f2's claim is missing
     assert diff.set_index("id").loc["f2/b", "change"] == "removed"
     assert note.endswith(": 1 claims differ (1 removed); 1 claims in this run, 2 in the reference")
+    moved = pd.DataFrame([("f1/a", "f1", 1.01, True), ("f2/b", "f2", 2.5, True)],
+                         columns=["id", "figure", "measured", "holds"])
+    diff, note = claims_diff.against_reference(moved, "paper")  # moves of 0.01/1.01 and 0.5/2.5
+    assert note.endswith(": 2 claims differ (2 value; values moved by a median 0.1 and at most 0.2, relative); "
+                         "2 claims in this run, 2 in the reference")
 
 
 def test_refreshing_the_reference_for_some_figures_keeps_the_others(tmp_path, monkeypatch):

@@ -56,6 +56,15 @@ def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -
     return pd.DataFrame(rows, columns=["id", "change", "measured", "reference", "holds", "reference_holds"])
 
 
+def relative_moves(diff: pd.DataFrame) -> pd.Series:
+    """|measured - reference| / max(|measured|, |reference|) of the claims whose value changed, both finite (a
+    CPU of another kind rounds L-BFGS's path along paper B's flat valleys otherwise: values move, verdicts stay)."""
+    rows = diff[diff["change"] == "value"]
+    m, r = rows["measured"].astype(float), rows["reference"].astype(float)
+    ok = m.map(math.isfinite) & r.map(math.isfinite)
+    return ((m - r).abs() / pd.concat([m.abs(), r.abs()], axis=1).max(axis=1).clip(lower=1e-300))[ok]
+
+
 def reference_paths(profile: str) -> list[Path]:
     """The profile's reference claims tables that exist: attnrepro's, then each installed paper's."""
     from attnrepro.papers import reference_files
@@ -84,6 +93,9 @@ def against_reference(claims: pd.DataFrame, profile: str | None,
     diff = compare(claims, reference)
     kinds = diff["change"].value_counts()
     what = ", ".join(f"{kinds[k]} {k}" for k in ("verdict", "value", "added", "removed") if k in kinds)
+    moves = relative_moves(diff)
+    if len(moves):
+        what += f"; values moved by a median {moves.median():.2g} and at most {moves.max():.2g}, relative"
     return diff, (f"against {' and '.join(_name(p) for p in paths)}"
                   + (f" (its claims of {len(figures)} figures)" if figures is not None else "")
                   + f": {len(diff)} claims differ{f' ({what})' if what else ''}; "
