@@ -1,6 +1,7 @@
 """The job runner: replicas, keys, records, resume, recorded failures, config errors."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -132,10 +133,12 @@ def test_divergence_is_recorded_as_failed(job_config):
     assert rec["status"] == "failed" and "Divergence" in rec["reason"] and "non-finite" in rec["reason"]
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_a_non_finite_gradient_between_checks_still_fails_the_job(optimizer):
-    """SGD and Adam check the gradient at logged steps only: a NaN gradient at step 2 of 5 (the objective
-    still finite) makes the next objective non-finite, and training stops there with Divergence."""
+@pytest.mark.parametrize("optimizer,saturating", [("sgd", False), ("adam", False), ("sgd", True), ("adam", True)])
+def test_a_non_finite_gradient_between_checks_still_fails_the_job(optimizer, saturating):
+    """SGD and Adam check the gradient and parameters at logged steps only: a NaN gradient at step 2 of 5 makes
+    the next objective non-finite, and training stops there with Divergence. Where the objective saturates
+    (tanh(w)^2, finite at w = inf, as erf attention's) an infinite gradient sends SGD's w to inf with a finite
+    objective: the parameters' check stops it at the next logged step (Adam's step is -inf/inf = NaN)."""
     from types import SimpleNamespace
 
     from attnrepro.jobs.fit import fit_replicas
@@ -148,22 +151,28 @@ def test_a_non_finite_gradient_between_checks_still_fails_the_job(optimizer):
             super().__init__()
             self.w = torch.nn.Parameter(torch.ones(3, 2, dtype=torch.float64))
 
+        def loss(self, w):
+            return (torch.tanh(w) ** 2 if saturating else 0.5 * w * w).sum(-1)
+
         def accumulate(self, backward):
             w = self.w * 1
             if Bowl.calls == 2:
-                w.register_hook(lambda g: torch.full_like(g, float("nan")))
+                w.register_hook(lambda g: torch.full_like(g, -math.inf if saturating else math.nan))
             Bowl.calls += 1
-            loss = 0.5 * (w * w).sum(-1)
+            loss = self.loss(w)
             backward(loss.sum())
             return loss.detach()
 
         def evaluate(self):
-            return {"loss": 0.5 * (self.w * self.w).sum(-1).detach()}
+            return {"loss": self.loss(self.w).detach()}
 
     tc = SimpleNamespace(optimizer=SimpleNamespace(value=optimizer), steps=20, log_every=5, tol_move=0.0)
-    with pytest.raises(Divergence, match="non-finite training loss at step 3 in replicas \\[0, 1, 2\\]"):
+    late = saturating and optimizer == "sgd"
+    expected = ("non-finite parameters at step 5" if late
+                else "non-finite training loss at step 3 in replicas \\[0, 1, 2\\]")
+    with pytest.raises(Divergence, match=expected):
         fit_replicas(Bowl(), tc, 0.1, 0.0, 0.0, SimpleNamespace(accelerator="cpu", devices=1))
-    assert Bowl.calls == 4
+    assert Bowl.calls == (6 if late else 4)
 
 
 @pytest.mark.parametrize("override,field", [

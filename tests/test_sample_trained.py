@@ -83,11 +83,17 @@ def test_inputs_kept_as_int8_give_the_numbers_of_inputs_kept_in_the_training_dty
 
     kept, int8 = problem(2**30), problem(0)
     assert kept.samples.x.dtype == torch.float64 and int8.samples.x.dtype == torch.int8
-    for _ in range(2):  # the second pass reuses the buffer
-        assert all(torch.equal(a, b) for a, b in zip(numbers(kept), numbers(int8), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(numbers(kept), numbers(int8), strict=True))
+    buffer = int8.samples._buffer
+    assert buffer.shape == (4, 16, d) and buffer.stride()[1] == 1  # position-major
+    assert all(torch.equal(a, b) for a, b in zip(numbers(kept), numbers(int8), strict=True))
+    assert int8.samples._buffer.data_ptr() == buffer.data_ptr()  # the second pass reused it
     rows = torch.tensor([3, 0, 2])
-    assert all(torch.equal(a, b) for a, b in zip(numbers(take(kept, rows)), numbers(take(int8, rows)), strict=True))
-    assert int8.samples._buffer.shape == (4, 16, d) and int8.samples._buffer.stride()[1] == 1  # position-major
+    narrowed = take(int8, rows)
+    assert "_buffer" not in narrowed.samples.__dict__  # a copy makes its own
+    assert all(torch.equal(a, b) for a, b in zip(numbers(take(kept, rows)), numbers(narrowed), strict=True))
+    int8.samples.release_caches()
+    assert "_buffer" not in int8.samples.__dict__
 
 
 def test_split_needs_one_head_on_p_and_the_other_on_q():

@@ -72,6 +72,14 @@ OPTIMIZERS = {
 CONVERGED, STALLED, DIVERGED = "converged", "objective stalled", "diverged"
 
 
+def release_caches(problem: torch.nn.Module) -> None:
+    """Call release_caches() of every submodule that has one (paper A's chunk buffers: a problem that training
+    has left, or training has ended, need not hold them)."""
+    for module in problem.modules():
+        if callable(getattr(module, "release_caches", None)):
+            module.release_caches()
+
+
 class ReplicaModule(pl.LightningModule):
     narrowing = True  # off only to measure what it saves (pipelines/bench.py; L-BFGS then holds stopped replicas)
     step_gradient_test = True  # off only to measure what it saves: an L-BFGS step then runs its 20 iterations
@@ -148,6 +156,7 @@ class ReplicaModule(pl.LightningModule):
         narrow_optimizer(self.optimizers().optimizer, list(narrowed.parameters()), kept)
         self.__dict__["training_problem"] = narrowed
         self.rows = [self.rows[i] for i in keep]
+        release_caches(work)  # training has left it (the first time: `problem`, kept for the write-back)
 
     @torch.no_grad()
     def _write_back(self) -> None:
@@ -164,15 +173,18 @@ class ReplicaModule(pl.LightningModule):
 
     def on_train_end(self) -> None:
         self._write_back()
+        release_caches(self.training_problem)
+        release_caches(self.problem)
         self.__dict__["training_problem"] = self.problem  # training state only: it would stay on the device
         self.rows = list(range(len(self.stop))) if self.stop is not None else self.rows
         self._last_objective = None
 
     def _objective(self, step: int, check_gradient: bool = True) -> torch.Tensor:
         """Gradients of the training replicas' summed objective (p.grad, set afresh); their objectives, checked
-        finite, and the gradients too with `check_gradient` (else a non-finite gradient shows in the next
-        objective or the logged metrics). On one device the backward pass is the tensor's own: there
-        Lightning's manual_backward adds only its hooks (10% of a step of paper A's GD)."""
+        finite, and the gradients and parameters too with `check_gradient` (else a non-finite gradient shows in
+        the next objective, the parameters at the next check, or the logged metrics). On one device the backward
+        pass is the tensor's own: there Lightning's manual_backward adds only its hooks (10% of a step of paper
+        A's GD)."""
         problem = self.training_problem
         for p in problem.parameters():
             p.grad = None
@@ -183,6 +195,8 @@ class ReplicaModule(pl.LightningModule):
         for p in problem.parameters() if check_gradient else ():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
+            if not bool(torch.isfinite(p).all()):  # a non-finite gradient between checks, where the loss is finite
+                raise Divergence(f"non-finite parameters at step {step}")
         if self.stop is None:
             self.initial_objective = (loss.detach() if self.initial_objective is None
                                       else self.initial_objective.to(loss.device))

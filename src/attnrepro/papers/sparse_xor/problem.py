@@ -58,9 +58,13 @@ class SampleSet(nn.Module):
         return max(1, min(chunk, CHUNK_ENTRIES // (self.x.shape[0] * self.x.shape[2])))
 
     def __getstate__(self):  # a copy (lit.compaction.take) makes its own chunk buffer
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_buffer", None)
         return state
+
+    def release_caches(self) -> None:
+        """Free the chunk buffer (lit.replica: when training leaves this problem)."""
+        self.__dict__.pop("_buffer", None)
 
     def _inputs(self, i: int, chunk: int, dtype) -> Tensor:
         """x of samples i to i + chunk in `dtype`: a view where x is stored in it, else converted into the
@@ -174,7 +178,7 @@ class XorFfnnProblem(nn.Module):
     @torch.no_grad()
     def evaluate(self) -> dict[str, Tensor]:
         dtype = self.model.W.dtype
-        x, y = self.test_set.x.to(dtype), self.test_set.y.to(dtype)
+        x, y = self.test_set._inputs(0, self.test_set.x.shape[1], dtype), self.test_set.y.to(dtype)
         f = self.model(x)
         return {
             "test_mse": 0.5 * ((f - y) ** 2).mean(-1),
