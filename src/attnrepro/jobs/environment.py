@@ -3,6 +3,7 @@ matmuls on CUDA (no TF32), set before it trains, and glibc's allocator settings 
 
 from __future__ import annotations
 
+import functools
 import platform
 
 # glibc's malloc in a process that runs jobs (mallopt): freed memory stays with the process (trim threshold 2 GiB,
@@ -14,8 +15,10 @@ M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MALLOC_SETTINGS = {M_TRIM_THRESHOLD: 2**31 - 1, M_TOP_PAD: 2**28, M_MMAP_THRESHOLD: 2**25}
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
-    """Set MALLOC_SETTINGS in this process (glibc only; elsewhere nothing); whether they were set."""
+    """Set MALLOC_SETTINGS in this process, once (glibc only; elsewhere nothing); whether they were set.
+    Job.execute calls it before every job."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     import ctypes

@@ -161,9 +161,6 @@ def gather(points: list[dict | None], key: str) -> list[dict]:
 def compute(job: Job, settings: DictConfig, curve: TheoryCurve | None = None) -> dict:
     """Compute one curve (default: the one the job names) and write its record (a failure is
     recorded, not raised). At top level, so that a process pool can run it."""
-    from attnrepro.jobs.environment import keep_freed_memory
-
-    keep_freed_memory()
     curve = curve or curve_named(job.config["curve"])
 
     def columns() -> dict:

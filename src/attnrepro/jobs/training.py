@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from attnrepro.config import SEMANTIC_KEYS, validate
-from attnrepro.jobs.environment import full_fp32_matmuls, keep_freed_memory, versions
+from attnrepro.jobs.environment import full_fp32_matmuls, versions
 from attnrepro.jobs.heartbeat import still_running
 from attnrepro.jobs.job import Job, State, Status, digest, state_of
 from attnrepro.jobs.records import SCHEMA, record_path
@@ -107,7 +107,6 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None, label: str | No
     from attnrepro.jobs.tracking import make_tracker
 
     full_fp32_matmuls()
-    keep_freed_memory()
     tracker = make_tracker(cfg, job.key, job.path.parent)
     with still_running(label):
         record = job.execute(_compute(obj, obj.trainer), {"overrides": overrides, "versions": versions()},

@@ -179,9 +179,9 @@ class ReplicaModule(pl.LightningModule):
         self.rows = list(range(len(self.stop))) if self.stop is not None else self.rows
         self._last_objective = None
 
-    def _objective(self, step: int, check_gradient: bool = True) -> torch.Tensor:
+    def _objective(self, step: int, check_finite: bool = True) -> torch.Tensor:
         """Gradients of the training replicas' summed objective (p.grad, set afresh); their objectives, checked
-        finite, and the gradients and parameters too with `check_gradient` (else a non-finite gradient shows in
+        finite, and the gradients and parameters too with `check_finite` (else a non-finite gradient shows in
         the next objective, the parameters at the next check, or the logged metrics). On one device the backward
         pass is the tensor's own: there Lightning's manual_backward adds only its hooks (10% of a step of paper
         A's GD)."""
@@ -192,7 +192,7 @@ class ReplicaModule(pl.LightningModule):
         if not bool(torch.isfinite(loss).all()):
             bad = [self.rows[i] for i in torch.nonzero(~torch.isfinite(loss)).flatten().tolist()]
             raise Divergence(f"non-finite training loss at step {step} in replicas {bad}")
-        for p in problem.parameters() if check_gradient else ():
+        for p in problem.parameters() if check_finite else ():
             if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
                 raise Divergence(f"non-finite gradient at step {step}")
             if not bool(torch.isfinite(p).all()):  # a non-finite gradient between checks, where the loss is finite
@@ -242,7 +242,7 @@ class ReplicaModule(pl.LightningModule):
         end = min(step - step % self.log_every + self.log_every, self.steps)  # a logged step
         for k in range(step, end):
             logged = k % self.log_every == 0
-            objective = self._objective(k, check_gradient=logged).detach()
+            objective = self._objective(k, check_finite=logged).detach()
             if self.checks and k > 0 and logged:  # theta_k and its gradient
                 self._check(k, objective, self.relative_gradient() if self.tol_grad > 0 else None, True)
                 if self.trainer.should_stop:

@@ -26,10 +26,15 @@ def reference_path(profile: str) -> Path:
     return REFERENCE_DIR / f"claims_{profile}.csv"
 
 
+def _relative(a: float, b: float) -> float:
+    """|a - b| / max(|a|, |b|)."""
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
 def _moved(a: float, b: float, rtol: float) -> bool:
     if not (math.isfinite(a) and math.isfinite(b)):
         return math.isfinite(a) != math.isfinite(b)
-    return abs(a - b) > rtol * max(abs(a), abs(b), 1e-300)
+    return _relative(a, b) > rtol
 
 
 def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -> pd.DataFrame:
@@ -57,12 +62,11 @@ def compare(claims: pd.DataFrame, reference: pd.DataFrame, rtol: float = RTOL) -
 
 
 def relative_moves(diff: pd.DataFrame) -> pd.Series:
-    """|measured - reference| / max(|measured|, |reference|) of the claims whose value changed, both finite (a
+    """_relative(measured, reference) of the claims whose value changed, both finite (a
     CPU of another kind rounds L-BFGS's path along paper B's flat valleys otherwise: values move, verdicts stay)."""
     rows = diff[diff["change"] == "value"]
-    m, r = rows["measured"].astype(float), rows["reference"].astype(float)
-    ok = m.map(math.isfinite) & r.map(math.isfinite)
-    return ((m - r).abs() / pd.concat([m.abs(), r.abs()], axis=1).max(axis=1).clip(lower=1e-300))[ok]
+    return pd.Series([_relative(m, r) for m, r in zip(rows["measured"].astype(float), rows["reference"].astype(float))
+                      if math.isfinite(m) and math.isfinite(r)], dtype=float)
 
 
 def reference_paths(profile: str) -> list[Path]:
