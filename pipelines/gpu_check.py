@@ -9,6 +9,11 @@ paper grid (d up to 16384), all with trainer.accelerator=auto; --seeds seeds per
 profile has 8). --size small (the default without CUDA) is the same slice at d = 100 for paper B and
 xor_phase_dm's quick grid (d up to 4096): the check's dry run on a CPU.
 
+First a preflight: `attnrepro reproduce profile=smoke` (every experiment, tiny, on the device:
+accelerator=auto) into <outputs>/smoke; if any of its jobs fails, the check stops there and prints the
+failures' reasons, so that a device bug costs a minute of device time, not the whole slice
+(--no-preflight skips it).
+
 Each sweep gets a share of --budget-s and is stopped at its deadline; what finished is kept (the
 records are those of the pipeline, so a rerun resumes). Then the paper-profile theory curves (the
 rest of the budget), `aggregate all_records=true` and the figures of the slice (at least 3 minutes
@@ -83,6 +88,25 @@ def _records(outputs: Path, experiment: str) -> list[dict]:
     return out
 
 
+def preflight(py: list[str], outputs: Path, log: Path, report: dict, timeout: float = 240.0) -> bool:
+    """`attnrepro reproduce profile=smoke` on the device; True when it exits 0. Its jobs' count, failures
+    (with their reasons) and devices go into report['preflight']."""
+    folder = outputs / "smoke"
+    print(f"[gpu-check] preflight: reproduce profile=smoke into {folder} (at most {timeout:.0f}s) ...", flush=True)
+    rc, wall = _run([*py, "reproduce", "profile=smoke", f"outputs={folder}"], timeout, log)
+    records = [r for path in sorted((folder / "runs").glob("*")) for r in _records(folder, path.name)]
+    failed = [r for r in records if r.get("status") == "failed"]
+    report["preflight"] = {
+        "exit": rc, "wall_s": wall, "jobs": len(records), "failed": len(failed),
+        "devices": sorted({r.get("timings", {}).get("device", "?") for r in records if r.get("status") == "complete"}),
+        "failures": [{"experiment": r.get("experiment"), "overrides": r.get("overrides"), "reason": r.get("reason"),
+                      "traceback": r.get("traceback")} for r in failed[:5]]}
+    print(f"[gpu-check]   {len(records)} jobs, {len(failed)} failed, exit {rc}, {wall:.0f}s", flush=True)
+    for r in failed[:5]:
+        print(f"[gpu-check]   failed {r.get('experiment')}: {r.get('reason')}", flush=True)
+    return rc == 0
+
+
 def main() -> int:
     import torch
 
@@ -92,6 +116,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=360.0,
                     help="wall-clock budget of the sweeps and theory (aggregate and figures come after)")
     ap.add_argument("--seeds", type=int, default=4, help="seeds per job of paper B's sweeps")
+    ap.add_argument("--no-preflight", dest="preflight", action="store_false",
+                    help="skip the smoke reproduction that runs first")
     ap.add_argument("--outputs", default=os.environ.get("ATTNREPRO_OUTPUTS", str(ROOT / "outputs")))
     args = ap.parse_args()
     outputs = Path(args.outputs) / "gpu_check" / args.size
@@ -104,6 +130,11 @@ def main() -> int:
           flush=True)
     report: dict = {"size": args.size, "device": device, "torch": torch.__version__, "cuda": cuda,
                     "tf32": False, "seeds": args.seeds, "budget_s": args.budget_s, "sweeps": {}}
+    if args.preflight and not preflight(py, outputs, log, report):
+        (outputs / "gpu_check.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report["preflight"], indent=1))
+        return 1
+    budget_start = time.perf_counter()  # the budget is the slice's: the preflight is not in it
     for name, overrides in sweeps(args.size, args.seeds).items():
         budget = SHARES[name] * args.budget_s
         print(f"[gpu-check] sweep {name} {' '.join(overrides)} (at most {budget:.0f}s) ...", flush=True)
@@ -119,7 +150,7 @@ def main() -> int:
             "devices": sorted({r["timings"].get("device", "?") for r in done})}
         print(f"[gpu-check]   {len(done)} jobs complete in {wall:.0f}s"
               + (" (stopped at its deadline; a rerun resumes)" if rc is None else ""), flush=True)
-    left = args.budget_s - (time.perf_counter() - start)
+    left = args.budget_s - (time.perf_counter() - budget_start)
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
     stages = [("theory", [*py, "theory", "profile=paper", f"paths.outputs={outputs}", f"workers={workers}",
                           "experiments=[tied_error_vs_alpha]"]),
