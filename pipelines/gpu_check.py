@@ -29,7 +29,8 @@ machine without a registry (the first run, 2026-12-04, BENCHMARKS.md): carry hyd
 2.3.1 and antlr4-python3-runtime 4.9.3 as wheels (`pip download --no-deps --only-binary=:all:
 --python-version 3.12 ...` for the first two, `pip wheel --no-deps antlr4-python3-runtime==4.9.3` for the
 third), install them with `pip install --no-index --no-deps --target /tmp/site` and put /tmp/site on
-PYTHONPATH. The default budget, 360 s, and about 100 s of aggregate and figures fit one 10-minute command.
+PYTHONPATH. The default budget, 360 s, about 100 s of aggregate and figures and the preflight (48 s on 2
+CPU cores; not yet timed on a GPU) fit one 10-minute command; --budget-s 270 leaves a margin.
 """
 
 from __future__ import annotations

@@ -2,6 +2,12 @@
 and the predicted wall time on a cluster of N single-core tasks.
 
     python pipelines/paper_cost.py [--outputs outputs/paper] [--cores 64] [--profile paper]
+    python pipelines/paper_cost.py --sample 8 [--experiments E ...] [--seed 0]
+
+--sample K prints, one line each, the overrides of K jobs drawn uniformly at random (without replacement,
+seeded) from each experiment's paper grid, for `xargs -L1 attnrepro train`: their times are then an unbiased
+sample of the experiment's, and the table gives the sampling standard error of its core-hours (finite
+population corrected) next to the estimate.
 
 A job's time is its record's `timings.total_s` (one thread: the cluster path runs one CPU per task) for the
 profile's own jobs (same keys: full seeds) found under --outputs. Jobs not run yet are counted at the mean
@@ -14,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
+import random
 import statistics
 
 from attnrepro.jobs.grid import expected_states, experiments
@@ -38,8 +46,25 @@ def cost(experiment: str, profile: str, outputs: str, cores: int) -> dict:
         return row
     mean = statistics.fmean(measured)
     times = measured + [mean] * (len(states) - len(measured))
-    return {**row, "core_h": sum(times) / 3600, "longest_s": max(measured),
-            "wall_s": lpt_wall(times, cores) + TASK_START_S}
+    return {**row, "core_h": sum(times) / 3600, "se_h": sampling_se(measured, len(states)) / 3600,
+            "longest_s": max(measured), "wall_s": lpt_wall(times, cores) + TASK_START_S}
+
+
+def sampling_se(measured: list[float], jobs: int) -> float:
+    """Standard error of the estimated total N * mean(t) from a simple random sample of k of N job times:
+    N s / sqrt(k) * sqrt(1 - k / N) (0 when every job is measured; nan from one measured job)."""
+    k = len(measured)
+    if k >= jobs:
+        return 0.0
+    if k < 2:
+        return math.nan
+    return jobs * statistics.stdev(measured) / math.sqrt(k) * math.sqrt(1 - k / jobs)
+
+
+def sample(experiment: str, profile: str, k: int, rng: random.Random) -> list[list[str]]:
+    """The overrides of k jobs of the experiment's grid, drawn uniformly without replacement."""
+    states = expected_states(experiment, profile, outputs=None)
+    return [ov for ov, _, _ in rng.sample(states, min(k, len(states)))]
 
 
 def main() -> int:
@@ -47,13 +72,25 @@ def main() -> int:
     ap.add_argument("--outputs", default="outputs/paper")
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--cores", type=int, default=64)
+    ap.add_argument("--experiments", nargs="*", default=None, help="default: every experiment")
+    ap.add_argument("--sample", type=int, default=0, help="print K random jobs' overrides per experiment, and stop")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
     args = ap.parse_args()
-    rows = [cost(e, args.profile, args.outputs, args.cores) for e in experiments()]
-    print(f"| experiment | jobs | measured | core-hours (this CPU) | longest job | wall on {args.cores} cores |")
+    names = args.experiments or experiments()
+    if args.sample:
+        rng = random.Random(args.seed)
+        for e in names:
+            for ov in sample(e, args.profile, args.sample, rng):
+                print(" ".join(ov))
+        return 0
+    rows = [cost(e, args.profile, args.outputs, args.cores) for e in names]
+    print(f"| experiment | jobs | measured | core-hours (this CPU) ± sampling s.e. | longest job | wall on {args.cores} "
+          "cores |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         if "core_h" in r:
-            print(f"| {r['experiment']} | {r['jobs']} | {r['measured']} | {r['core_h']:.2f} | {r['longest_s']:.0f} s "
+            se = "" if r["se_h"] == 0 else f" ± {r['se_h']:.2f}"
+            print(f"| {r['experiment']} | {r['jobs']} | {r['measured']} | {r['core_h']:.2f}{se} | {r['longest_s']:.0f} s "
                   f"| {r['wall_s'] / 60:.1f} min |")
         else:
             print(f"| {r['experiment']} | {r['jobs']} | 0 | not measured | | |")
