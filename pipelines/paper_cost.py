@@ -4,10 +4,11 @@ and the predicted wall time on a cluster of N single-core tasks.
     python pipelines/paper_cost.py [--outputs outputs/paper] [--cores 64] [--profile paper]
     python pipelines/paper_cost.py --sample 8 [--experiments E ...] [--seed 0]
 
---sample K prints, one line each, the overrides of K jobs drawn uniformly at random (without replacement,
-seeded) from each experiment's paper grid, for `xargs -L1 attnrepro train`: their times are then an unbiased
-sample of the experiment's, and the table gives the sampling standard error of its core-hours (finite
-population corrected) next to the estimate.
+--sample K prints, one line each, the overrides of K jobs drawn uniformly at random (without replacement)
+from each experiment's grid, for `xargs -L1 attnrepro train`: their times are then an unbiased sample of the
+experiment's, and the table gives the sampling standard error of its core-hours (finite population
+corrected) next to the estimate. Each experiment's draw is the first K of a permutation seeded by --seed and
+its name, so a larger K extends a smaller one; the lines go round the experiments in turn.
 
 A job's time is its record's `timings.total_s` (one thread: the cluster path runs one CPU per task) for the
 profile's own jobs (same keys: full seeds) found under --outputs. Jobs not run yet are counted at the mean
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import math
 import random
 import statistics
@@ -61,10 +63,12 @@ def sampling_se(measured: list[float], jobs: int) -> float:
     return jobs * statistics.stdev(measured) / math.sqrt(k) * math.sqrt(1 - k / jobs)
 
 
-def sample(experiment: str, profile: str, k: int, rng: random.Random) -> list[list[str]]:
-    """The overrides of k jobs of the experiment's grid, drawn uniformly without replacement."""
-    states = expected_states(experiment, profile, outputs=None)
-    return [ov for ov, _, _ in rng.sample(states, min(k, len(states)))]
+def sample(experiment: str, profile: str, k: int, seed: int) -> list[list[str]]:
+    """The overrides of k jobs of the experiment's grid, drawn uniformly without replacement: the first k of a
+    random permutation seeded by (seed, experiment)."""
+    states = [ov for ov, _, _ in expected_states(experiment, profile, outputs=None)]
+    random.Random(f"{seed}/{experiment}").shuffle(states)
+    return states[:k]
 
 
 def main() -> int:
@@ -78,20 +82,20 @@ def main() -> int:
     args = ap.parse_args()
     names = args.experiments or experiments()
     if args.sample:
-        rng = random.Random(args.seed)
-        for e in names:
-            for ov in sample(e, args.profile, args.sample, rng):
+        draws = [sample(e, args.profile, args.sample, args.seed) for e in names]
+        for ov in itertools.chain.from_iterable(itertools.zip_longest(*draws)):
+            if ov is not None:
                 print(" ".join(ov))
         return 0
     rows = [cost(e, args.profile, args.outputs, args.cores) for e in names]
-    print(f"| experiment | jobs | measured | core-hours (this CPU) ± sampling s.e. | longest job | wall on {args.cores} "
-          "cores |")
+    print("| experiment | jobs | measured | core-hours (this CPU) ± sampling s.e. | longest job "
+          f"| wall on {args.cores} cores |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         if "core_h" in r:
             se = "" if r["se_h"] == 0 else f" ± {r['se_h']:.2f}"
-            print(f"| {r['experiment']} | {r['jobs']} | {r['measured']} | {r['core_h']:.2f}{se} | {r['longest_s']:.0f} s "
-                  f"| {r['wall_s'] / 60:.1f} min |")
+            print(f"| {r['experiment']} | {r['jobs']} | {r['measured']} | {r['core_h']:.2f}{se} "
+                  f"| {r['longest_s']:.0f} s | {r['wall_s'] / 60:.1f} min |")
         else:
             print(f"| {r['experiment']} | {r['jobs']} | 0 | not measured | | |")
     done = [r for r in rows if "core_h" in r]
