@@ -41,8 +41,8 @@ _COMPOSED: dict[tuple[str, tuple[str, ...]], DictConfig] = {}  # (conf fingerpri
 
 
 def compose_many(overrides_list: list[list[str]]) -> list[DictConfig]:
-    """The job configs Hydra would build for these override lists (no hydra node). Each distinct list is
-    composed once per process and content of conf/ (one composition costs ~0.4 s); the caller gets a copy."""
+    """The job configs Hydra would build for these override lists (no hydra node; jobs.composer). Each distinct
+    list is composed once per process and content of conf/; the caller gets a copy."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -52,11 +52,15 @@ def compose_many(overrides_list: list[list[str]]) -> list[DictConfig]:
     fingerprint = _fingerprint()
     todo = [ov for ov in dict.fromkeys(tuple(ov) for ov in overrides_list) if (fingerprint, ov) not in _COMPOSED]
     if todo:
+        from attnrepro.jobs.composer import Composer
+
         register_configs()
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            composer = Composer(lambda ov: hydra_compose(config_name="config", overrides=ov),
+                                GlobalHydra.instance().config_loader().repository.group_exists)
             for ov in todo:
-                _COMPOSED[fingerprint, ov] = hydra_compose(config_name="config", overrides=list(ov))
+                _COMPOSED[fingerprint, ov] = composer(list(ov))
     return [copy.deepcopy(_COMPOSED[fingerprint, tuple(ov)]) for ov in overrides_list]
 
 

@@ -49,6 +49,7 @@ class GridSweeper(BasicSweeper):
             raise ValueError(f"hydra.sweeper.on_hopeless must be cancel or leave, got {on_hopeless!r}")
         self.max_jobs, self.task_minutes, self.job_seconds = max_jobs, task_minutes, job_seconds
         self.on_hopeless, self.wait = on_hopeless, wait
+        self._composer = None
 
     def job_overrides(self, arguments: List[str]) -> List[List[str]]:
         """The override list of every job: the profile's grid, then hydra.sweeper.params, then the
@@ -145,6 +146,15 @@ class GridSweeper(BasicSweeper):
         return errors, pending, done
 
     def _load(self, job: List[str]):
+        """The job's config as Hydra composes it for a sweep, without its hydra node (jobs.composer: the
+        config group choices composed once per sweep, then each job's values set on a copy)."""
+        from attnrepro.jobs.composer import Composer
+
+        if self._composer is None:
+            self._composer = Composer(self._compose_in_full, self.hydra_context.config_loader.repository.group_exists)
+        return self._composer(job)
+
+    def _compose_in_full(self, job: List[str]):
         """The job's config as Hydra composes it for a sweep, without its hydra node."""
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, job)
         with open_dict(cfg):
