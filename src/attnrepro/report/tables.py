@@ -133,11 +133,14 @@ def array_rows(record: dict) -> pd.DataFrame:
 
 
 def _with_identity(df: pd.DataFrame, record: dict) -> pd.DataFrame:
+    """The record's identity columns, then df's columns, with seed = base_seed + replica after replica."""
     ident = identity(record)
-    for k, v in reversed(list(ident.items())):
-        df.insert(0, k, [v] * len(df))
-    df.insert(df.columns.get_loc("replica") + 1, "seed", df["base_seed"] + df["replica"])
-    return df
+    clash = sorted(set(ident) & set(df.columns))
+    if clash:
+        raise ValueError(f"identity columns {clash} are also the record's own columns")
+    out = pd.concat([pd.DataFrame({k: [v] * len(df) for k, v in ident.items()}, index=df.index), df], axis=1)
+    out.insert(out.columns.get_loc("replica") + 1, "seed", out["base_seed"] + out["replica"])
+    return out
 
 
 def frames(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[dict]]:

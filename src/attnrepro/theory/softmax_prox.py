@@ -304,16 +304,17 @@ def prox(coords: DifferenceCoordinates, a: torch.Tensor, Y0: torch.Tensor, fit: 
 def _scan_basins(a, Y0, rho, scale, ball, offsets, neighbours, coords, beta) -> torch.Tensor:
     """(n, SCAN_BASINS): per node, the scan points u = a + scale offsets[k] (offsets = ball L^T) lowest in the
     scan's lowest basins (a point below all its neighbours; the best point first), -1 where the node has fewer.
-    There the quadratic part of f is rho^2 |w|^2 / 2 (w the ball point)."""
-    scan = a[:, None] + scale[:, None, None] * offsets[None]                                 # (n, K, n_u)
-    loss = softmax_loss(coords, scan, Y0[:, None], beta, derivatives=False)[0]
-    f = 0.5 * (rho * rho)[:, None] * (ball * ball).sum(-1)[None] + loss                     # (n, K)
+    There the quadratic part of f is rho^2 |w|^2 / 2 (w the ball point). Scan point first (K, n): a neighbour's
+    values are then whole rows, so the comparisons read memory in order."""
+    scan = a[None] + scale[None, :, None] * offsets[:, None]                                 # (K, n, n_u)
+    loss = softmax_loss(coords, scan, Y0[None], beta, derivatives=False)[0]
+    f = 0.5 * (rho * rho)[None] * (ball * ball).sum(-1)[:, None] + loss                     # (K, n)
     basin = torch.ones_like(f, dtype=torch.bool)
     for j in range(neighbours.shape[1]):
-        basin &= f < f[:, neighbours[:, j]]
-    basin[torch.arange(len(f)), f.argmin(1)] = True
-    lowest, picks = torch.where(basin, f, torch.inf).topk(SCAN_BASINS, dim=1, largest=False)
-    return torch.where(torch.isfinite(lowest), picks, -1)
+        basin &= f < f[neighbours[:, j]]
+    basin[f.argmin(0), torch.arange(f.shape[1])] = True
+    lowest, picks = torch.where(basin, f, torch.inf).topk(SCAN_BASINS, dim=0, largest=False)
+    return torch.where(torch.isfinite(lowest), picks, -1).T
 
 
 def _distinct(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
