@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 def count_pending(name: str, profile: str, overrides: list[str], outputs: str, log) -> int | None:
     """The number of the experiment's jobs not done (None: the grid did not expand here). Before its first
-    sweep (no cached expansion: composing every job here would cost ~0.2 s each, and the sweep composes
-    them anyway and caches them) the size of its grid."""
+    sweep (no cached expansion: the sweep composes every job anyway and caches them) the size of its grid."""
     from attnrepro.jobs.grid import expected_states, grid_size, is_cached
 
     try:
