@@ -6,7 +6,7 @@ then sets the value overrides (task.d=100, model.lam=0.001) on the result
 (ConfigLoaderImpl._apply_overrides_to_config). A grid's jobs share a few group choices, so the first step
 (0.1-0.4 s a job on 2 cores, more than a small job's training) is done once per choice set, and each job is a
 copy of its result with its value overrides set by Hydra's own second step (a few ms).
-tests/test_composer.py checks the configs against Hydra's full composition for every job of every experiment.
+tests/test_composer.py checks the configs against Hydra's full composition on random jobs of every experiment.
 A job whose value overrides Hydra's second step refuses is composed in full, so that its error is Hydra's.
 """
 
