@@ -31,9 +31,10 @@ class Composer:
         self._bases: dict[tuple[str, ...], DictConfig] = {}
 
     def __call__(self, overrides: list[str]) -> DictConfig:
-        parsed = self._parser.parse_overrides(list(overrides))
-        values = [o for o in parsed if self._is_value(o)]
-        groups = tuple(o.input_line for o in parsed if not self._is_value(o))
+        values, groups = [], []
+        for o in self._parser.parse_overrides(list(overrides)):
+            (values if self._is_value(o) else groups).append(o)
+        groups = tuple(o.input_line for o in groups)
         if groups not in self._bases:
             self._bases[groups] = self._load(list(groups))
         cfg = copy.deepcopy(self._bases[groups])
