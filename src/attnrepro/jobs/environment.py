@@ -1,5 +1,6 @@
 """The software environment of a training process: the package versions its records name, full fp32
-matmuls on CUDA (no TF32), set before it trains, and glibc's allocator settings of a process that runs jobs."""
+matmuls on CUDA (no TF32), set before it trains, glibc's allocator settings of a process that runs jobs, and
+the collection of what each job leaves in reference cycles."""
 
 from __future__ import annotations
 
@@ -25,6 +26,22 @@ def keep_freed_memory() -> bool:
 
     libc = ctypes.CDLL("libc.so.6")
     return all(libc.mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.items())
+
+
+def free_cycles() -> int:
+    """Collect the reference cycles a finished job leaves (Lightning's trainer, its module and the problem
+    they hold, with the job's data) now, not at Python's next full collection, many jobs later; the number of
+    objects freed. Job.execute calls it after every job. The first call freezes what survives it (the imports
+    and caches of the process: gc.freeze), so that later calls walk only what the jobs made since (a full
+    collection took 0.16 s, these about 1 ms). xor_sample_complexity's quick sweep (36 jobs in one process)
+    grew to 7.3 GB without it, against 1.9 GB with it, and spent 24.6 s of kernel time on fresh pages against
+    6.3 s (50 s against 31 s wall time; its records are the same)."""
+    import gc
+
+    freed = gc.collect()
+    if not gc.get_freeze_count():
+        gc.freeze()
+    return freed
 
 
 def versions() -> dict:

@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable
 
-from attnrepro.jobs.environment import keep_freed_memory
+from attnrepro.jobs.environment import free_cycles, keep_freed_memory
 from attnrepro.jobs.provenance import NOT_FOLLOWED, fingerprint, provenance
 from attnrepro.jobs.records import SCHEMA, CorruptRecord, read_record, write_record
 
@@ -68,7 +68,8 @@ class Job:
                 before_write: Callable[[dict], None] | None = None) -> dict:
         """Compute the job's record fields (status 'complete'), or record the failure; hand the
         record to before_write (e.g. a tracker), then write it: the record, written last, marks
-        the job done. The process keeps its freed memory from then on (environment.keep_freed_memory)."""
+        the job done. The process keeps its freed memory from then on (environment.keep_freed_memory), and the
+        job's reference cycles are freed when it is done (environment.free_cycles)."""
         keep_freed_memory()
         record = {"schema": SCHEMA, "kind": self.kind, "key": self.key, "experiment": self.experiment,
                   "status": "running", "config": self.config, "provenance": provenance(self.roots, self.skip),
@@ -83,6 +84,7 @@ class Job:
         if before_write is not None:
             before_write(record)
         write_record(self.path, record)
+        free_cycles()
         return record
 
 
