@@ -312,3 +312,51 @@ def test_the_m_equals_d_arm_is_m_set_to_d_and_leaves_the_polylog_jobs_as_they_we
     assert {pt["task.d"] for pt in points["paper"] if "model.m" not in pt and pt["task.n_per_d"] == 32} == {512, 1024}
     assert max(pt["task.d"] for pt in points["paper"] if "model.m" in pt) == 1024
     assert any("model.m=${task.d}" in ov for ov in grid_points("xor_sample_complexity_trained", "smoke"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("R,d,m,n,chunk", [(24, 128, 49, 256, 8192), (3, 16, 16, 40, 16), (1, 32, 25, 64, 64)])
+def test_softmax_attention_gradient_by_hand_is_autograds_to_the_bit(dtype, R, d, m, n, chunk):
+    """XorAttentionProblem.accumulate(Tensor.backward) takes softmax attention's loss and gradients by hand
+    (TwoHeadXorAttention.mse_gradient); they are autograd's to the bit (loss, theta.grad, theta~.grad), in one
+    chunk and accumulated over several (chunk 16 of n = 40)."""
+    gens = replica_generators(11, R)
+    model = P.TwoHeadXorAttention.draw(gens, d, m, "softmax", "independent", dtype)
+    with torch.no_grad():  # off the near-uniform start, where every term of the gradient matters
+        model.theta.mul_(4.0)
+    supports = [(0, 1)] * R
+    samples = P.SampleSet.draw(gens, n, d, supports, 0.1, dtype)
+    problem = P.XorAttentionProblem(model, torch.zeros(R, dtype=torch.long), torch.ones(R, dtype=torch.long),
+                                    0.1, samples, chunk, False)
+
+    def loss_and_grads(backward):
+        model.theta.grad = model.theta_tilde.grad = None
+        loss = problem.accumulate(backward)
+        return loss, model.theta.grad.clone(), model.theta_tilde.grad.clone()
+
+    by_hand = loss_and_grads(torch.Tensor.backward)
+    auto = loss_and_grads(lambda loss: loss.backward())  # not Tensor.backward itself: autograd's route
+    assert all(torch.equal(a, b) for a, b in zip(by_hand, auto, strict=True))
+    assert by_hand[1].abs().max() > 0 and by_hand[2].abs().max() > 0
+    with pytest.raises(ValueError, match="softmax"):
+        P.TwoHeadXorAttention(model.V, model.theta, model.theta_tilde, "erf").mse_gradient(samples.x, samples.y, n)
+
+
+def test_a_gd_step_without_lightnings_wrappers_is_opt_steps_own(monkeypatch):
+    """ReplicaModule takes plain SGD's steps itself (_sgd_step: theta - lr grad, counted by Lightning as
+    opt.step() is): the same parameters, curves and step count as through opt.step()."""
+    from attnrepro.jobs.fit import train
+    from attnrepro.lit.replica import ReplicaModule
+
+    obj = validate(compose(["experiment=xor_sample_complexity_trained", "train=xor_gd", "task.d=16", "task.n_per_d=2",
+                            "n_seeds=3", "train.steps=60", "train.log_every=7"]))
+
+    def run():
+        problem, module, *_ = train(obj, obj.trainer)
+        return module.global_step, [p.detach().clone() for p in problem.parameters()], module.curves
+
+    direct = run()
+    monkeypatch.setattr(ReplicaModule, "_sgd_step", lambda self, opt: opt.step())
+    wrapped = run()
+    assert direct[0] == wrapped[0] == 60 and direct[2] == wrapped[2]
+    assert all(torch.equal(a, b) for a, b in zip(direct[1], wrapped[1], strict=True))

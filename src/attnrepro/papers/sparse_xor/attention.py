@@ -70,6 +70,35 @@ class TwoHeadXorAttention(nn.Module):
         s_t = torch.einsum("rdm,rm->rd", self.V, self.theta_tilde)
         return phi(s), phi(s_t)
 
+    @torch.no_grad()
+    def mse_gradient(self, x: Tensor, y: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Softmax attention only: per replica the loss L = (1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 over the samples
+        x (R, c, d), y (R, c), and its gradients dL/dtheta, dL/dtheta~ (R, m), by hand:
+
+            r = f - y,   dL/dz_0 = -(r/n) z_1,   dL/dz_1 = -(r/n) z_0   (z_h = gamma_h . x),
+            dL/dgamma_h = sum_mu dL/dz_h x_mu,   dL/ds_h = softmax'(s_h) dL/dgamma_h,   dL/dtheta_h = V^T dL/ds_h,
+
+        with the operations autograd's backward pass of forward() runs, in its order, so that the numbers are
+        the same to the bit (tests/test_sparse_xor.py): a GD step of paper A's small problems was mostly the
+        autograd graph's own cost (0.93 ms a step at d = 128, n = 256, 24 replicas)."""
+        if self.attention != "softmax":
+            raise ValueError(f"mse_gradient is softmax attention's, not {self.attention!r}'s")
+        s = torch.einsum("rdm,rm->rd", self.V, self.theta)
+        s_t = torch.einsum("rdm,rm->rd", self.V, self.theta_tilde)
+        gamma, gamma_t = torch.softmax(s, dim=-1), torch.softmax(s_t, dim=-1)
+        xT = x.transpose(-1, -2)
+        z = torch.bmm(torch.stack((gamma, gamma_t), dim=-2), xT)
+        minus_z0, z1 = -z[:, 0], z[:, 1]
+        r = minus_z0 * z1 - y
+        loss = 0.5 * (r ** 2).sum(-1) / n
+        # backward: loss.sum() -> / n -> * 0.5 -> sum(-1) -> ** 2 -> f = (-z0) z1 -> bmm -> stack -> softmax -> einsum
+        df = (torch.ones_like(loss) / n * 0.5)[:, None].expand_as(r) * (2.0 * r)
+        dG = torch.stack((-(df * z1), df * minus_z0), dim=1).bmm(xT.transpose(1, 2))
+        ds = torch._softmax_backward_data(dG[:, 0], gamma, -1, gamma.dtype)
+        ds_t = torch._softmax_backward_data(dG[:, 1], gamma_t, -1, gamma_t.dtype)
+        Vt = self.V.transpose(1, 2)
+        return loss, Vt.bmm(ds.unsqueeze(-1)).squeeze(-1), Vt.bmm(ds_t.unsqueeze(-1)).squeeze(-1)
+
     def forward(self, x: Tensor) -> Tensor:
         """f for inputs x (R, n, d) -> (R, n); both heads' dot products in one pass over x
         (and one more for the gradient), as (R, 2, d)(R, d, n): fast when x is laid out position-major

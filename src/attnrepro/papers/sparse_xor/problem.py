@@ -95,6 +95,23 @@ class SampleSet(nn.Module):
         return total
 
     @torch.no_grad()
+    def mse_and_gradient(self, model: TwoHeadXorAttention, chunk: int, dtype) -> Tensor:
+        """mse with backward=Tensor.backward for softmax attention, by the model's own gradient
+        (TwoHeadXorAttention.mse_gradient: the same numbers without autograd's graph), accumulated into
+        theta.grad and theta~.grad chunk by chunk as autograd accumulates them."""
+        n, chunk = self.x.shape[1], self._chunk(chunk)
+        total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
+        for i in range(0, n, chunk):
+            loss, *grads = model.mse_gradient(self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype), n)
+            for p, g in zip((model.theta, model.theta_tilde), grads, strict=True):
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad += g
+            total += loss
+        return total
+
+    @torch.no_grad()
     def zero_one_error(self, f: Callable[[Tensor], Tensor], chunk: int, dtype) -> Tensor:
         """(1/n) sum_mu 1[sign f(x_mu) != y_mu] per replica (f = 0 counts as an error), `chunk` at a time."""
         n, chunk = self.x.shape[1], self._chunk(chunk)
@@ -135,7 +152,11 @@ class XorAttentionProblem(nn.Module):
                 if backward is not None:
                     backward(loss.sum())
             return loss.detach()
-        return self.samples.mse(self.model, self.chunk, backward, next(self.model.parameters()).dtype)
+        dtype = next(self.model.parameters()).dtype
+        if backward is torch.Tensor.backward and type(self.model) is TwoHeadXorAttention and \
+                self.model.attention == "softmax":  # its gradient by hand (one device: no gradient to reduce)
+            return self.samples.mse_and_gradient(self.model, self.chunk, dtype)
+        return self.samples.mse(self.model, self.chunk, backward, dtype)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Tensor]:
