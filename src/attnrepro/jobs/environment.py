@@ -35,7 +35,7 @@ def free_cycles() -> int:
     and caches of the process: gc.freeze), so that later calls walk only what the jobs made since (a full
     collection took 0.16 s, these about 1 ms). xor_sample_complexity's quick sweep (36 jobs in one process)
     grew to 7.3 GB without it, against 1.9 GB with it, and spent 24.6 s of kernel time on fresh pages against
-    6.3 s (50 s against 31 s wall time; its records are the same)."""
+    6.4 s (50 s against 33 s wall time; its records are the same)."""
     import gc
 
     freed = gc.collect()

@@ -79,7 +79,7 @@ class TwoHeadXorAttention(nn.Module):
             dL/dgamma_h = sum_mu dL/dz_h x_mu,   dL/ds_h = softmax'(s_h) dL/dgamma_h,   dL/dtheta_h = V^T dL/ds_h,
 
         with the operations autograd's backward pass of forward() runs, in its order, so that the numbers are
-        the same to the bit (tests/test_sparse_xor.py): a GD step of paper A's small problems was mostly the
+        the same to the bit (tests/test_sample_trained.py): a GD step of paper A's small problems was mostly the
         autograd graph's own cost (0.93 ms a step at d = 128, n = 256, 24 replicas)."""
         if self.attention != "softmax":
             raise ValueError(f"mse_gradient is softmax attention's, not {self.attention!r}'s")
