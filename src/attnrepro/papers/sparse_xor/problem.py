@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch import Tensor, nn
@@ -80,13 +80,19 @@ class SampleSet(nn.Module):
             self.__dict__["_buffer"] = buf
         return buf[:, :x.shape[1]].copy_(x)
 
+    def _chunks(self, chunk: int, dtype) -> Iterator[tuple[Tensor, Tensor]]:
+        """(x, y) of consecutive chunks of at most `chunk` samples (_chunk) in `dtype`; x is _inputs', valid until
+        the next chunk."""
+        n, chunk = self.x.shape[1], self._chunk(chunk)
+        for i in range(0, n, chunk):
+            yield self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype)
+
     def mse(self, f: Callable[[Tensor], Tensor], chunk: int, backward: Backward, dtype) -> Tensor:
         """(1/n) sum_mu 1/2 (f(x_mu) - y_mu)^2 per replica, evaluated `chunk` samples at a time.
         With `backward`, gradients are accumulated chunk by chunk (memory O(chunk d))."""
-        n, chunk = self.x.shape[1], self._chunk(chunk)
+        n = self.x.shape[1]
         total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
-        for i in range(0, n, chunk):
-            xc, yc = self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype)
+        for xc, yc in self._chunks(chunk, dtype):
             with torch.set_grad_enabled(backward is not None):
                 loss = 0.5 * ((f(xc) - yc) ** 2).sum(-1) / n
                 if backward is not None:
@@ -99,10 +105,10 @@ class SampleSet(nn.Module):
         """mse with backward=Tensor.backward for softmax attention, by the model's own gradient
         (TwoHeadXorAttention.mse_gradient: the same numbers without autograd's graph), accumulated into
         theta.grad and theta~.grad chunk by chunk as autograd accumulates them."""
-        n, chunk = self.x.shape[1], self._chunk(chunk)
+        n = self.x.shape[1]
         total = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
-        for i in range(0, n, chunk):
-            loss, *grads = model.mse_gradient(self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype), n)
+        for xc, yc in self._chunks(chunk, dtype):
+            loss, *grads = model.mse_gradient(xc, yc, n)
             for p, g in zip((model.theta, model.theta_tilde), grads, strict=True):
                 if p.grad is None:
                     p.grad = g
@@ -114,12 +120,10 @@ class SampleSet(nn.Module):
     @torch.no_grad()
     def zero_one_error(self, f: Callable[[Tensor], Tensor], chunk: int, dtype) -> Tensor:
         """(1/n) sum_mu 1[sign f(x_mu) != y_mu] per replica (f = 0 counts as an error), `chunk` at a time."""
-        n, chunk = self.x.shape[1], self._chunk(chunk)
         wrong = torch.zeros(self.x.shape[0], dtype=dtype, device=self.x.device)
-        for i in range(0, n, chunk):
-            xc, yc = self._inputs(i, chunk, dtype), self.y[:, i:i + chunk].to(dtype)
+        for xc, yc in self._chunks(chunk, dtype):
             wrong += (torch.sign(f(xc)) != yc).to(dtype).sum(-1)
-        return wrong / n
+        return wrong / self.x.shape[1]
 
 
 def attention_share(gamma: Tensor, i: Tensor) -> Tensor:
