@@ -320,3 +320,20 @@ def test_coarsened_power_law_keeps_mass_mean_and_J():
             for f in ("J", "dJ_deps", "dJ_ddelta"):
                 assert getattr(b, f)(eps) == pytest.approx(getattr(a, f)(eps), rel=1e-5), (delta, eps, f)
     assert coarsened(exact, 0.0) is exact
+
+
+@pytest.mark.parametrize("law", [power_law(300, 1.0), MarchenkoPastur(0.5)], ids=["atomic", "mp"])
+def test_f_alone_is_f_of_f_h_and_of_its_definition(law):
+    """SpectralLaw.f (the bisections' evaluation) gives f_h's f to the bit, over many chunks of u-rows, and for
+    an atomic law also the definition sum_i w_i / ((u - t_i)^2 + v^2) summed row by row in one piece."""
+    rng = np.random.default_rng(3)
+    u = rng.uniform(-1.0, 4.0, 1000)  # 1000 rows x 300 atoms: ten chunks of CHUNK_ENTRIES
+    v = 10.0 ** rng.uniform(-13, 0, 1000)
+    f, h = law.f_h(u, v)
+    assert law.f(u, v).tobytes() == f.tobytes()
+    if isinstance(law, Atomic):
+        t, w = np.asarray(law._t), np.asarray(law._w)
+        du = u[:, None] - t[None, :]
+        assert f.tobytes() == (w / (du * du + v[:, None] ** 2)).sum(axis=1).tobytes()
+        assert h.tobytes() == (du * (w / (du * du + v[:, None] ** 2))).sum(axis=1).tobytes()
+    assert np.array_equal(law.f(u, 0.5), law.f_h(u, np.full_like(u, 0.5))[0])  # a scalar v is broadcast

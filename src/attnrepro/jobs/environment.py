@@ -5,6 +5,7 @@ the collection of what each job leaves in reference cycles."""
 from __future__ import annotations
 
 import functools
+import gc
 import platform
 
 # glibc's malloc in a process that runs jobs (mallopt): freed memory stays with the process (trim threshold 2 GiB,
@@ -35,13 +36,17 @@ def free_cycles() -> int:
     and caches of the process: gc.freeze), so that later calls walk only what the jobs made since (a full
     collection took 0.16 s, these about 1 ms). xor_sample_complexity's quick sweep (36 jobs in one process)
     grew to 7.3 GB without it, against 1.9 GB with it, and spent 24.6 s of kernel time on fresh pages against
-    6.4 s (50 s against 33 s wall time; its records are the same)."""
-    import gc
-
+    6.4 s (50 s against 33 s wall time; its records are the same). Whether the freeze was made is this module's
+    flag, not gc.get_freeze_count(), which walks every frozen object (30-50 ms a call in a sweep worker)."""
+    global _frozen
     freed = gc.collect()
-    if not gc.get_freeze_count():
+    if not _frozen:
         gc.freeze()
+        _frozen = True
     return freed
+
+
+_frozen = False  # free_cycles froze this process's objects
 
 
 def versions() -> dict:

@@ -110,7 +110,7 @@ def quantiles(values, qs=(0.25, 0.5, 0.75)) -> tuple[float, ...]:
     """Quantiles of the finite values (NaN each when there are none)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
-    return tuple(float(np.quantile(v, q)) if v.size else NAN for q in qs)
+    return tuple(np.quantile(v, qs).tolist()) if v.size else (NAN,) * len(qs)
 
 
 def resamples(df: pd.DataFrame, by: Sequence[str], n_boot: int = 200, seed: int = 0) -> Iterator[np.ndarray]:

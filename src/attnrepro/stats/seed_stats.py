@@ -20,13 +20,20 @@ STATS = ("n", "mean", "se", "median", "q1", "q3")
 
 
 def finite(values) -> np.ndarray:
-    v = np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce"), dtype=float)
+    """The finite values as floats (a value that is not a number counts as NaN and is left out)."""
+    v = np.asarray(values) if not isinstance(values, pd.Series) else values.to_numpy()
+    if v.dtype.kind not in "fiub":  # objects, strings, nullable dtypes: numbers where pandas reads them
+        v = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+    v = np.asarray(v, dtype=float)
     return v[np.isfinite(v)]
 
 
 def mean_se(values) -> tuple[float, float, int]:
     """(mean, standard error, n) of the finite values; NaN, NaN, 0 when there are none."""
-    v = finite(values)
+    return _mean_se(finite(values))
+
+
+def _mean_se(v: np.ndarray) -> tuple[float, float, int]:
     if v.size == 0:
         return NAN, NAN, 0
     se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
@@ -39,9 +46,10 @@ def summary(df: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     if df.empty or value not in df:
         return pd.DataFrame(columns=[*by, *STATS])
     rows = []
-    for key, g in df.groupby(by, sort=True, dropna=False):
-        mean, se, n = mean_se(g[value])
-        q1, med, q3 = quantiles(finite(g[value]))
+    for key, g in df.groupby(by, sort=True, dropna=False)[value]:
+        v = finite(g)
+        mean, se, n = _mean_se(v)
+        q1, med, q3 = quantiles(v)
         rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
                      "n": n, "mean": mean, "se": se, "median": med, "q1": q1, "q3": q3})
     return pd.DataFrame(rows, columns=[*by, *STATS])

@@ -79,7 +79,7 @@ class FreeConvolution:
 
     # ------------------------------------------------------------ solve
     def _inside(self, u: np.ndarray) -> np.ndarray:
-        return self.law.f_h(u, np.full_like(u, self._v_min))[0] > self.delta ** -2
+        return self.law.f(u, np.full_like(u, self._v_min)) > self.delta ** -2
 
     def _support_intervals(self, lo: float, hi: float) -> list[tuple[float, float]]:
         """The u-intervals where f(u, 0+) > 1/delta^2, edges bisected to machine precision."""
@@ -114,8 +114,8 @@ class FreeConvolution:
         lo, hi = t[:-1].copy(), t[1:].copy()
         for _ in range(BISECTIONS):
             a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-            fa = self.law.f_h(a, np.full_like(a, self._v_min))[0]
-            fb = self.law.f_h(b, np.full_like(b, self._v_min))[0]
+            fa = self.law.f(a, np.full_like(a, self._v_min))
+            fb = self.law.f(b, np.full_like(b, self._v_min))
             lo, hi = np.where(fa > fb, a, lo), np.where(fa > fb, hi, b)
         return 0.5 * (lo + hi)
 
@@ -126,7 +126,7 @@ class FreeConvolution:
         hi = np.full(u.shape, math.log(self.delta))
         for _ in range(BISECTIONS):
             mid = 0.5 * (lo + hi)
-            above = self.law.f_h(u, np.exp(mid))[0] > target  # f decreasing in v: the root is higher
+            above = self.law.f(u, np.exp(mid)) > target  # f decreasing in v: the root is higher
             lo = np.where(above, mid, lo)
             hi = np.where(above, hi, mid)
         return np.exp(0.5 * (lo + hi))

@@ -16,14 +16,17 @@ i.e. its Stieltjes transform G0(omega) = int mu0(dt) / (omega - t) = h - i v f, 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+CHUNK_ENTRIES = 2**15  # u-rows x atoms summed at a time by Atomic (each row's sum is the same for any chunk)
+
 
 class SpectralLaw:
-    """Interface: f_h(u, v) -> (f, h); dstieltjes(z) = G0'(z); atoms -> [(position, mass)];
+    """Interface: f_h(u, v) -> (f, h); f(u, v) alone; dstieltjes(z) = G0'(z); atoms -> [(position, mass)];
     support -> (lo, hi); moment(k)."""
 
     atoms: tuple[tuple[float, float], ...] = ()
@@ -31,6 +34,10 @@ class SpectralLaw:
 
     def f_h(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def f(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """f(u, v) of f_h, where h is not needed (the solver's bisections)."""
+        return self.f_h(u, v)[0]
 
     def moment(self, k: int) -> float:
         raise NotImplementedError
@@ -75,15 +82,27 @@ class Atomic(SpectralLaw):
         return float(self._t[0]), float(self._t[-1])
 
     def f_h(self, u, v):
-        u, v = np.broadcast_arrays(np.asarray(u, float), np.asarray(v, float))
-        out_f, out_h = np.empty(u.shape), np.empty(u.shape)
+        return self._sums(u, v, with_h=True)
+
+    def f(self, u, v):
+        return self._sums(u, v, with_h=False)[0]
+
+    def _sums(self, u, v, with_h: bool):
+        """(f, h) at (u, v), h None when not with_h (the same operations for f either way)."""
+        u, v = np.asarray(u, float), np.asarray(v, float)
+        if u.shape != v.shape:
+            u, v = np.broadcast_arrays(u, v)
+        out_f, out_h = np.empty(u.shape), np.empty(u.shape) if with_h else None
         flat_u, flat_v = u.ravel(), v.ravel()
-        chunk = max(1, 2_000_000 // self._t.size)  # bounded memory for long lists
+        chunk = max(1, CHUNK_ENTRIES // self._t.size)  # rows of a few hundred KiB: they stay in cache
         for s in range(0, flat_u.size, chunk):
             du = flat_u[s:s + chunk, None] - self._t[None, :]
-            inv = self._w / (du * du + flat_v[s:s + chunk, None] ** 2)
+            inv = du * du
+            inv += flat_v[s:s + chunk, None] ** 2
+            np.divide(self._w, inv, out=inv)
             out_f.ravel()[s:s + chunk] = inv.sum(axis=1)
-            out_h.ravel()[s:s + chunk] = (du * inv).sum(axis=1)
+            if with_h:
+                out_h.ravel()[s:s + chunk] = (du * inv).sum(axis=1)
         return out_f, out_h
 
     def dstieltjes(self, z):
@@ -129,14 +148,20 @@ class MarchenkoPastur(SpectralLaw):
         lo, hi = self.edges
         return (0.0 if self.kappa0 < 1 else lo), hi
 
-    def _g(self, z):
+    @functools.cached_property
+    def _constants(self) -> tuple[float, float, float]:
+        """(c, l-, l+) of _g, computed once (the solver's bisections call it ~10^5 times)."""
         a = 1 / self.kappa0
-        c = math.sqrt(a) - 1 / math.sqrt(a)
-        lo, hi = self.edges
+        return (math.sqrt(a) - 1 / math.sqrt(a), *self.edges)
+
+    def _g(self, z):
+        c, lo, hi = self._constants
         return 2.0 / (z + c + np.sqrt(z - lo) * np.sqrt(z - hi))
 
     def f_h(self, u, v):
-        u, v = np.broadcast_arrays(np.asarray(u, float), np.asarray(v, float))
+        u, v = np.asarray(u, float), np.asarray(v, float)
+        if u.shape != v.shape:
+            u, v = np.broadcast_arrays(u, v)
         g = self._g(u + 1j * v)
         with np.errstate(divide="ignore", invalid="ignore"):  # v = 0: f is not needed there
             return -g.imag / v, g.real
