@@ -57,41 +57,6 @@ def test_smoke_reproduction_completes_every_job_and_figure(smoke_run):
     assert len(list((outputs / "theory").rglob("record.json"))) == n
 
 
-def test_figures_drawn_beside_the_sweeps_are_those_the_stages_draw_after_them(smoke_run, tmp_path):
-    """reproduce aggregates and draws each figure whose sweeps are done while the others run
-    (commands.reproduce._draw_ready_figures; here three figures, of a derived analysis, theory curves and paper
-    A, their sweeps done); their tables, estimates and claims are those `attnrepro aggregate` and `attnrepro
-    figures` give afterwards from the same records, and the figure stage after it reuses them."""
-    import threading
-
-    from attnrepro.commands.reproduce import _draw_ready_figures
-    from attnrepro.jobs.grid import experiments
-
-    figures = ["tied_spectra", "tied_error_vs_alpha", "xor_phase_dm"]
-    beside, after = (smoke_run.copy(tmp_path / name) for name in ("beside", "after"))
-    for out in (beside, after):  # the derived analyses' records are kept: both read them
-        for generated in ("results", "figures", "report"):
-            shutil.rmtree(out / generated, ignore_errors=True)
-    lines = []
-    drawn = _draw_ready_figures(figures, experiments(), "smoke", str(beside), set(experiments()), threading.Event(),
-                                lines.append)
-    assert drawn == figures and "aggregated and drawn while the sweeps run" in lines[-1]
-    stamps = {f: (beside / "figures" / f"{f}.png").stat().st_mtime_ns for f in figures}
-    over = threading.Event()  # the sweeps are over and none of the sources was swept: nothing is drawn
-    over.set()
-    assert _draw_ready_figures(figures, experiments(), "smoke", str(after), set(), over, lines.append) == []
-    assert not (after / "results").exists()  # nothing was ready: nothing aggregated
-    names = "figures=" + ",".join(figures)
-    assert cli(["figures", names, f"outputs={beside}"]) == 0
-    assert cli(["aggregate", "profile=smoke", names, f"outputs={after}"]) == 0
-    assert cli(["figures", names, f"outputs={after}"]) == 0
-    assert (beside / "report" / "claims.csv").read_bytes() == (after / "report" / "claims.csv").read_bytes()
-    assert sorted(p.name for p in (after / "figures").glob("*.png")) == sorted(f"{f}.png" for f in figures)
-    for table in sorted((after / "results").glob("*.parquet")):
-        assert table.read_bytes() == (beside / "results" / table.name).read_bytes(), table.name
-    assert stamps == {f: (beside / "figures" / f"{f}.png").stat().st_mtime_ns for f in figures}  # reused
-
-
 def test_sweeps_cache_the_jobs_a_fresh_composition_expects(smoke_run, smoke_grid_cache):
     """The reproduction composed no job itself: each sweep wrote the expected jobs (overrides, key, task,
     model) of its grid to cache/grid/, and they equal what composing every job in this process gave

@@ -12,10 +12,9 @@ reference/sweep_seconds.csv, scaled by the share of the grid still to run; a swe
 first, the most jobs first), each worker with cores / workers torch threads
 (OMP_NUM_THREADS, unless it is set already: more threads than cores slows every step down many times
 over); their output lines are prefixed with the experiment. Each sweep's wall time is written to
-<outputs>/report/sweep_seconds.csv (copy it over the reference to refresh the order). Beside the sweeps, the
-theory curves of the experiments that have them (cached alike), then each figure whose sweeps are done is
-aggregated and drawn while the others run. Then the aggregate stage (the tables of the other figures) and the
-figure stage (figures, report, claims; the figures not drawn yet in `workers` processes).
+<outputs>/report/sweep_seconds.csv (copy it over the reference to refresh the order). Then the theory
+curves of the experiments that have them (cached alike), the aggregate stage (tables) and the figure
+stage (figures, report, claims; the figures drawn in `workers` processes).
 A second run with nothing changed computes nothing.
 
 launcher=slurm (or slurm_gpu, any conf/hydra/launcher/ file of a submitit SLURM launcher): every sweep and
@@ -109,31 +108,13 @@ def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // workers)))
     pending = {name: count_pending(name, profile, hydra_overrides, outputs, log) for name in names}
-    from attnrepro.report.figure_spec import specs
-
-    figures = None
-    if args["experiments"]:  # the figures whose every source was swept
-        figures = [s.name for s in specs() if set(s.sources) <= set(names)]
-    # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps; then, on this
-    # machine, the figures whose sweeps are done, while the others run
+    # the theory curves (numerics on the CPU, one process per worker) alongside the sweeps
     rc_theory: list[int] = []
-    swept: set[str] = set()
-    sweeps_over = threading.Event()
-    early: list[str] = []
-
-    def theory_then_ready_figures() -> None:
-        rc_theory.append(_theory(names, profile, outputs, log, workers, cluster))
-        if cluster is None:
-            early.extend(_draw_ready_figures(figures, names, profile, outputs, swept, sweeps_over, log))
-
-    theory = threading.Thread(target=theory_then_ready_figures)
+    theory = threading.Thread(target=lambda: rc_theory.append(_theory(names, profile, outputs, log, workers, cluster)))
     theory.start()
     sizes = {n: sweep_size(n, profile) for n in names}
-    try:
-        failed, times = run_sweeps(pending, profile, sweep_overrides, outputs, workers, log, sizes,
-                                   read_sweep_seconds(profile), user_threads, on_done=swept.add)
-    finally:
-        sweeps_over.set()
+    failed, times = run_sweeps(pending, profile, sweep_overrides, outputs, workers, log, sizes,
+                               read_sweep_seconds(profile), user_threads)
     if times and cluster is None:
         write_sweep_seconds(outputs_table(outputs), profile, times, pending, sizes)
     log(f"\n=== sweeps {'submitted' if cluster is not None else 'finished'} in {time.perf_counter() - start:.1f}s ===")
@@ -141,14 +122,16 @@ def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
     if cluster is not None:
         _wait_for_cluster(outputs, log)
     rc_theory = rc_theory[0] if rc_theory else 1
+    figures = None
+    if args["experiments"]:  # the figures whose every source was swept
+        from attnrepro.report.figure_spec import specs
+
+        figures = [s.name for s in specs() if set(s.sources) <= set(names)]
     from attnrepro.commands import figures as figure_stage
-    from attnrepro.report.aggregate import aggregate, read_status
+    from attnrepro.report.aggregate import aggregate
 
     log("\n=== aggregate ===")
-    rest = [s.name for s in specs(figures) if s.name not in early]
-    if early:
-        log(f"({len(early)} figures aggregated and drawn while the sweeps ran: {', '.join(early)})")
-    status = aggregate(outputs, profile, rest, log=log) if rest else read_status(outputs)
+    status = aggregate(outputs, profile, figures, log=log)
     rc_agg = int(any(status["figures"][f].get("error") for f in (figures or status["figures"])))
     log("\n=== figures and report ===")
     rc_fig = figure_stage.render(outputs, figures, profile, workers=int(args["workers"]))
@@ -163,38 +146,6 @@ def _reproduce(args: dict, names: list[str], hydra_overrides: list[str]) -> int:
         log(f"{len(jobs)} jobs failed" + (" (accepted: accept_failed=true)" if args["accept_failed"] else "")
             + ": " + "; ".join(jobs))
     return 1 if (failed or rc_theory or rc_agg or rc_fig or (jobs and not args["accept_failed"])) else 0
-
-
-def _draw_ready_figures(figures: list[str] | None, names: list[str], profile: str, outputs: str, swept: set[str],
-                        sweeps_over: threading.Event, log) -> list[str]:
-    """While the sweeps run, aggregate and draw each figure whose every source is in `swept` (the sweeps done
-    here; after the theory curves, which run first in this thread): the aggregate's one core and the figures'
-    own time overlap the sweeps instead of following them. Returns the figures done; the figure stage reuses
-    them (their tables and code unchanged) and draws the rest in its worker processes once the sweeps are
-    over. A failure here is logged and leaves the figure to those later stages."""
-    from attnrepro.jobs.local_sweeps import STOPPING
-    from attnrepro.report.aggregate import aggregate
-    from attnrepro.report.figure_spec import specs
-    from attnrepro.report.html import draw
-
-    todo, done = [s for s in specs(figures) if set(s.sources) <= set(names)], []
-    try:
-        while todo and not (sweeps_over.is_set() or STOPPING.is_set()):
-            ready = [s for s in todo if set(s.sources) <= swept]
-            if not ready:
-                sweeps_over.wait(1.0)
-                continue
-            t = time.perf_counter()
-            aggregate(outputs, profile, [s.name for s in ready], log=log)
-            for spec in ready:
-                draw(spec.name, Path(outputs))
-                todo.remove(spec)
-                done.append(spec.name)
-            log(f"=== aggregated and drawn while the sweeps run: {', '.join(s.name for s in ready)} "
-                f"({time.perf_counter() - t:.1f}s) ===")
-    except Exception as e:  # the figure stage draws what is left, and reports its errors
-        log(f"drawing figures beside the sweeps stopped ({type(e).__name__}: {e}); the figure stage draws them")
-    return done
 
 
 def _theory(names: list[str], profile: str, outputs: str, log, sweeps: int, cluster: dict | None = None) -> int:

@@ -122,16 +122,12 @@ def order(pending: dict[str, int | None], sizes: dict[str, int], seconds: dict[s
 
 def run_sweeps(pending: dict[str, int | None], profile: str, overrides: list[str], outputs: str, workers: int,
                log, sizes: dict[str, int] | None = None, seconds: dict[str, float] | None = None,
-               user_threads: str | None = None, on_done=None) -> tuple[list[str], dict[str, float]]:
+               user_threads: str | None = None) -> tuple[list[str], dict[str, float]]:
     """The sweeps with jobs pending, in `order`, on `workers` sweep workers: (the names that failed,
-    {name: wall seconds} of those that finished; on_done(name) is called as each finishes, also for those with
-    nothing pending). A worker that dies is replaced for the next sweep."""
+    {name: wall seconds} of those that finished). A worker that dies is replaced for the next sweep."""
     start = time.perf_counter()
     names = list(pending)
     todo = order(pending, sizes or {}, seconds or {})
-    for name in names if on_done else ():
-        if pending[name] == 0:  # done before
-            on_done(name)
     times: dict[str, float] = {}
     slots = max(1, min(workers, len(todo) or 1))
     threads = int(user_threads or max(1, (os.cpu_count() or 1) // slots))  # a user's OMP_NUM_THREADS kept
@@ -156,8 +152,6 @@ def run_sweeps(pending: dict[str, int | None], profile: str, overrides: list[str
                 f"(total {time.perf_counter() - start:.1f}s) ===")
             if ok:
                 times[name] = time.perf_counter() - t
-                if on_done:
-                    on_done(name)
             else:
                 failed.append(name)
         if worker:

@@ -199,9 +199,9 @@ def _render(spec, outputs: Path) -> tuple[Rendered, bool]:
     return r, False
 
 
-def draw(name: str, outputs: Path) -> tuple:
-    """_render of the figure `name` with one torch thread (in a worker process, or beside the sweeps): its files
-    written and its figure closed; (estimates, claims, errors, reused), what the report needs of it."""
+def _render_apart(name: str, outputs: Path) -> tuple:
+    """_render of the figure `name` in a worker process (one torch thread): its files written and its figure
+    closed there; (estimates, claims, errors, reused), what the report needs of it."""
     import torch
 
     torch.set_num_threads(1)
@@ -219,7 +219,7 @@ def _render_all(selected: list, outputs: Path, workers: int) -> list[tuple[Rende
         return [_render(spec, outputs) for spec in selected]
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(min(workers, len(selected)), mp_context=context) as pool:
-        done = list(pool.map(draw, [s.name for s in selected], [outputs] * len(selected)))
+        done = list(pool.map(_render_apart, [s.name for s in selected], [outputs] * len(selected)))
     return [(Rendered(spec, None, estimates, claims, errors), reused)
             for spec, (estimates, claims, errors, reused) in zip(selected, done, strict=True)]
 
