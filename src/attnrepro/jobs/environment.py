@@ -29,6 +29,9 @@ def keep_freed_memory() -> bool:
     return all(libc.mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.items())
 
 
+_frozen = False  # free_cycles froze this process's objects
+
+
 def free_cycles() -> int:
     """Collect the reference cycles a finished job leaves (Lightning's trainer, its module and the problem
     they hold, with the job's data) now, not at Python's next full collection, many jobs later; the number of
@@ -44,9 +47,6 @@ def free_cycles() -> int:
         gc.freeze()
         _frozen = True
     return freed
-
-
-_frozen = False  # free_cycles froze this process's objects
 
 
 def versions() -> dict:
