@@ -120,7 +120,7 @@ def convergence(problem, module, tol_grad: float) -> dict:
 
     for p in problem.parameters():
         p.grad = None
-    objective = problem.accumulate(lambda loss: loss.backward())
+    objective = problem.accumulate(torch.Tensor.backward)  # as in training (by hand where a problem has that route)
     grad = module.relative_gradient().tolist() if tol_grad > 0 else [float("nan")] * objective.shape[0]
     rose, fell = module.rose(objective.detach()).tolist(), module.moved(objective.detach()).tolist()
     for p in problem.parameters():
