@@ -403,10 +403,12 @@ def _mixed(point: list[str]) -> list[str]:
     return [o for o in point if o != "train=lbfgs_fullbatch"] + ["train=lbfgs_mixed_precision"]
 
 
-SLICE_PROTOCOLS = (  # (name, the protocol's lit.replica settings, overrides of the point)
-    ("float64, every seed evaluated", {"narrowing": False, "step_gradient_test": False}, lambda point: point),
-    ("float64", {"narrowing": True, "step_gradient_test": True}, lambda point: point),
-    ("float32 -> float64", {"narrowing": True, "step_gradient_test": True}, _mixed),
+SLICE_PROTOCOLS = (  # (name, the protocol's settings of lit.replica and the problem, overrides of the point)
+    ("float64, every seed evaluated, autograd", {"narrowing": False, "step_gradient_test": False,
+                                                 "gradient_by_hand": False}, lambda point: point),
+    ("float64", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": True}, lambda point: point),
+    ("float32 -> float64", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": True}, _mixed),
+    ("float32 -> float64, autograd", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": False}, _mixed),
 )
 
 
@@ -425,6 +427,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
     import torch
 
     from attnrepro.lit.replica import ReplicaModule
+    from attnrepro.papers.tied_attention.problem import TiedAttentionProblem
 
     torch.set_num_threads(1)
     chosen = [SLICE_PROTOCOLS[i] for i in protocols]
@@ -432,7 +435,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
     for experiment, point in _slice_points(experiments, lambdas):
         for protocol, settings, overrides in chosen:
             for name, value in settings.items():
-                setattr(ReplicaModule, name, value)
+                setattr(TiedAttentionProblem if name == "gradient_by_hand" else ReplicaModule, name, value)
             cpu = time.process_time()
             _, _, rec = pipeline_job([f"experiment={experiment}", f"task.d={d}", f"n_seeds={n_seeds}",
                                       *overrides(point)])
@@ -445,7 +448,7 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
             print(f"[tied_slice] {protocol:30s} {rows[-1]['point']}: {job_s:.1f} s, {t['steps']} steps, "
                   f"{rows[-1]['converged']} of {n_seeds} converged, test {rows[-1]['test_error']}",
                   file=sys.stderr, flush=True)
-    ReplicaModule.narrowing = ReplicaModule.step_gradient_test = True
+    ReplicaModule.narrowing = ReplicaModule.step_gradient_test = TiedAttentionProblem.gradient_by_hand = True
     jobs = len(rows) // len(chosen)
     out = {"case": f"paper-profile slice, d={d}, {n_seeds} seeds, {jobs} L-BFGS jobs per protocol, 1 thread"}
     by = {name: [r for r in rows if r["protocol"] == name] for name, *_ in chosen}
