@@ -253,3 +253,54 @@ def test_factorized_preactivations_and_gradient_match_plain_autograd(T):
     (grad_plain,) = torch.autograd.grad((plain * U).sum(), model.W)
     assert torch.allclose(fused, plain, rtol=1e-10, atol=1e-12)
     assert torch.allclose(grad_fused, grad_plain, rtol=1e-10, atol=1e-12)
+
+
+
+@pytest.fixture
+def by_hand_chunks(monkeypatch):
+    """The chunk sizes FactorizedTiedAttention.pair_fit_gradient is called with, in order."""
+    from attnrepro.papers.tied_attention.model import FactorizedTiedAttention
+
+    calls = []
+    original = FactorizedTiedAttention.pair_fit_gradient
+    monkeypatch.setattr(FactorizedTiedAttention, "pair_fit_gradient",
+                        lambda self, *a: calls.append(a[-1]) or original(self, *a))
+    return calls
+
+
+def _by_hand(problem):
+    """problem.accumulate(Tensor.backward): the objective and W's gradient."""
+    problem.zero_grad()
+    f = problem.accumulate(torch.Tensor.backward)
+    return f, problem.model.W.grad.clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gradient_by_hand_is_autograds(dtype, by_hand_chunks):
+    """T = 2, seq2lab, factorized: the objective and gradient by hand (FactorizedTiedAttention.pair_fit_gradient,
+    in 10-sample chunks) against autograd's route through _TokenGram and the softmax, at beta != 1, noisy labels
+    and a penalty: float64 to 1e-12, float32 to its rounding."""
+    problem, _ = make(n_seeds=3, T=2, d=7, alpha=2.0, lam=0.3, beta=1.7, kappa=0.6, Delta=0.5, chunk=10)
+    problem = problem.to(dtype)
+    f, grad = _by_hand(problem)
+    assert by_hand_chunks == [10]
+    problem.zero_grad()
+    f_auto = problem.accumulate(backward)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(f, f_auto, rtol=tol, atol=0)
+    torch.testing.assert_close(grad, problem.model.W.grad, rtol=tol, atol=tol * float(grad.abs().max()))
+
+
+def test_gradient_by_hand_is_each_replicas_own(by_hand_chunks):
+    """A replica's objective and gradient by hand are the same bits alone or beside others (its chunks do not
+    depend on how many replicas there are), in float64 and float32, with several chunks."""
+    from attnrepro.lit.compaction import take
+
+    problem, _ = make(n_seeds=4, T=2, d=12, alpha=3.0, lam=0.1, Delta=0.5, chunk=50)
+    for dtype in (torch.float64, torch.float32):
+        full = problem.to(dtype)
+        f, grad = _by_hand(full)
+        for rows in ([2], [0, 3]):
+            f_part, grad_part = _by_hand(take(full, torch.tensor(rows)))
+            assert torch.equal(f_part, f[rows]) and torch.equal(grad_part, grad[rows])
+    assert set(by_hand_chunks) == {50}
