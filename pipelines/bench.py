@@ -19,6 +19,10 @@ Each case runs in its own process, so its peak resident memory is its own.
                  one seed), the pipeline with 1 and with 4 seeds (train time per seed), and the two
                  matmuls a step needs (Z = X W^T and its weight gradient, one seed) 1000 times: the
                  ratios and the pipeline's share of that matmul time.
+  tied_gradient : one evaluation of paper B's factorized objective and gradient (T = 2, seq2lab, one thread),
+                 by hand (FactorizedTiedAttention.pair_fit_gradient) against autograd's route, alternating, best
+                 of three rounds: d = p = 200 and d = 200, p = 100 at the slice's alpha = 0.16, and d = p = 100
+                 at the quick profile's alpha = 0.16, with 8, 2 and 1 replicas, float32 and float64.
   theory_mmse  : paper B's Bayes-optimal MMSE curve, 100 values of alpha, Wishart target
                  kappa0 = 0.5, T = 2 (tabulate m(qhat) at 160 points, then the curve).
   theory_J     : J(delta, eps) and both partial derivatives on a 10 x 10 grid (100 points,
@@ -37,18 +41,20 @@ Each case runs in its own process, so its peak resident memory is its own.
                  Monte Carlo draws at five (Sigma, m, q), Sigma up to 3000.
   tied_slice   : a fixed slice of paper B's paper profile at d = 200 (--slice-d), 2 seeds (--slice-seeds;
                  the paper's 8 with --slice-seeds 8), one thread,
-                 trained by L-BFGS to the paper's tol_grad = 2e-5 under three protocols, job by job
-                 side by side: float64 throughout (train=lbfgs_fullbatch) with every seed evaluated until
-                 the job ends and every L-BFGS step run to its 20 iterations (the protocol before
-                 lit.compaction and the per-iteration gradient test), float64 with a seed's step ending at
-                 tol_grad and a stopped seed leaving the batch, and that with float32 (approximate Wolfe line
-                 search) until the relative gradient is 1.5e-5 or the objective stalls, then float64 from
-                 there (train=lbfgs_mixed_precision, paper B's lambda > 0 default). tied_error_vs_alpha at
+                 trained by L-BFGS to the paper's tol_grad = 2e-5 under four protocols, job by job
+                 side by side: 0, float64 throughout (train=lbfgs_fullbatch) with every seed evaluated until
+                 the job ends, every L-BFGS step run to its 20 iterations and autograd's gradient (the
+                 protocol before lit.compaction, the per-iteration gradient test and the gradient by hand);
+                 1, float64 with a seed's step ending at tol_grad, a stopped seed leaving the batch and the
+                 gradient by hand; 2, that with float32 (approximate Wolfe line search) until the relative
+                 gradient is 1.5e-5 or the objective stalls, then float64 from there
+                 (train=lbfgs_mixed_precision, paper B's lambda > 0 default); 3, protocol 2 with autograd's
+                 gradient (the twentieth sitting's before). tied_error_vs_alpha at
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
                  point's test error under each. --slice-experiments, --slice-lambdas and --slice-protocols
-                 (numbers, 0 1 2 in the order above; 0 is the one the others are compared with) run part of it.
+                 (numbers, default 0 1 2; the first given is the one the others are compared with) run part of it.
   tied_warm_starts : warm starts for tied_interpolation_peak at d = 100, 2 seeds, float64 L-BFGS: each
                  point from the seed's cold init against from the previous point's answer, along the
                  lambda path at alpha = 0.16 (descending, glmnet's pathwise order) and the alpha path at
@@ -63,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -176,6 +183,36 @@ def case_tied_factorized(d: int = 100, n_seeds: int = 8, single_seeds: int = 2) 
             "pipeline step (ms)": 1e3 * train_s / steps, "plain replicated step (ms)": 1e3 * replicated / steps,
             "Lightning overhead (fraction of pipeline step)": (train_s - replicated) / train_s,
             "peak RSS (MB)": _peak_mb(), "threads": torch.get_num_threads()}
+
+
+def case_tied_gradient() -> dict:
+    import torch
+
+    from attnrepro.papers.tied_attention.model import FactorizedTiedAttention
+    from attnrepro.papers.tied_attention.problem import SampleSet, TiedAttentionProblem
+
+    torch.set_num_threads(1)
+    out = {"case": "paper B's factorized objective and gradient, T = 2, seq2lab, one thread: ms per evaluation"}
+    for d, p, R in ((200, 200, 8), (200, 200, 2), (200, 200, 1), (200, 100, 8), (100, 100, 8), (100, 100, 1)):
+        n = round(0.16 * d * d)
+        for dtype in (torch.float32, torch.float64):
+            g = torch.Generator().manual_seed(0)
+            X = torch.randn(R, n, 2, d, generator=g, dtype=torch.float64).to(dtype)
+            A = torch.softmax(torch.randn(R, n, 2, 2, generator=g, dtype=torch.float64), -1).to(dtype)
+            model = FactorizedTiedAttention.draw([torch.Generator().manual_seed(r) for r in range(R)], d, p, 1.0,
+                                                 1e-3, "seq2lab", dtype=dtype)
+            data = SampleSet(X, A)
+            problem = TiedAttentionProblem(model, torch.eye(d).expand(R, d, d), data, data, data, 8192, 1)
+            best = {}
+            for by_hand in (False, True) * 3:
+                TiedAttentionProblem.gradient_by_hand = by_hand
+                best[by_hand] = min(best.get(by_hand, math.inf), _median_time(
+                    lambda problem=problem: (problem.zero_grad(), problem.accumulate(torch.Tensor.backward)), 3))
+            TiedAttentionProblem.gradient_by_hand = True
+            key = f"d={d} p={p} n={n} {R} replicas {str(dtype)[6:]}"
+            out[key] = (f"autograd {1e3 * best[False]:.1f}, by hand {1e3 * best[True]:.1f} "
+                        f"({best[False] / best[True]:.2f}x)")
+    return out
 
 
 def _authors_loop(X, y, p: int, steps: int) -> float:
@@ -408,7 +445,8 @@ SLICE_PROTOCOLS = (  # (name, the protocol's settings of lit.replica and the pro
                                                  "gradient_by_hand": False}, lambda point: point),
     ("float64", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": True}, lambda point: point),
     ("float32 -> float64", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": True}, _mixed),
-    ("float32 -> float64, autograd", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": False}, _mixed),
+    ("float32 -> float64, autograd", {"narrowing": True, "step_gradient_test": True, "gradient_by_hand": False},
+     _mixed),
 )
 
 
@@ -422,8 +460,9 @@ def case_tied_slice(d: int = 200, n_seeds: int = 2, experiments: tuple[str, ...]
                     protocols: tuple[int, ...] = (0, 1, 2)) -> dict:
     """The slice's jobs (those of `experiments` and `lambdas`, default all) under each of `protocols` (indices into
     SLICE_PROTOCOLS, the first the one the others are compared with), alternating job by job (one thread:
-    seconds are core-seconds). Protocol 0 is the one before lit.compaction and the per-iteration gradient test:
-    a seed that stopped is still evaluated until the job ends, and an L-BFGS step runs all its iterations."""
+    seconds are core-seconds). Protocol 0 is the one before lit.compaction, the per-iteration gradient test and
+    the gradient by hand: a seed that stopped is still evaluated until the job ends, an L-BFGS step runs all its
+    iterations, and autograd takes the gradient."""
     import torch
 
     from attnrepro.lit.replica import ReplicaModule
@@ -566,6 +605,7 @@ def case_exact_fit(d: int = 50, alphas: tuple[float, ...] = (0.14, 0.15, 0.16, 0
 
 
 CASES = {"xor_one_step": case_xor_one_step, "tied_factorized": case_tied_factorized, "tied_authors": case_tied_authors,
+         "tied_gradient": case_tied_gradient,
          "theory_mmse": case_theory_mmse, "theory_J": case_theory_J, "theory_se": case_theory_se,
          "channel_accuracy": case_channel_accuracy, "theory_limit": case_theory_limit,
          "tied_slice": case_tied_slice, "tied_warm_starts": case_tied_warm_starts, "exact_fit": case_exact_fit}

@@ -150,7 +150,7 @@ class FactorizedTiedAttention(TiedAttention):
             x = torch.zeros(Y.shape, dtype=W.dtype, device=W.device)       # beta (h - h_12), (R, c, 2, 2)
             x[..., 0, 0] = (beta / (2 * s)) * (k + q) - shift
             x[..., 1, 1] = (beta / (2 * s)) * (q - k) - shift
-            a = torch.softmax(x, -1)  # row by row, as the whole batch rounds it (a sigmoid's vector and scalar paths differ)
+            a = torch.softmax(x, -1)  # row by row, whatever the batch (a sigmoid's vector and scalar paths round apart)
             r = a - Y
             fit += 0.5 * (r * r).sum((-1, -2, -3))
             g1 = a[..., 0, 0] * a[..., 0, 1] * (r[..., 0, 0] - r[..., 0, 1])

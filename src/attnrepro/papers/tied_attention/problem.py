@@ -137,8 +137,8 @@ class TiedAttentionProblem(nn.Module):
 
     def _by_hand(self) -> bool:
         """Whether the training fit's gradient has a route without autograd: the factorized model, T = 2, seq2lab."""
-        return (self.gradient_by_hand and isinstance(self.model, FactorizedTiedAttention) and self.model.out == "seq2lab"
-                and self.train_set.X.shape[-2] == 2)
+        return (self.gradient_by_hand and isinstance(self.model, FactorizedTiedAttention)
+                and self.model.out == "seq2lab" and self.train_set.X.shape[-2] == 2)
 
     def _fit_and_gradient(self) -> Tensor:
         """sum_mu 1/2 ||A_hat - y||_F^2 per replica by FactorizedTiedAttention.pair_fit_gradient (PAIR_CHUNK_BYTES),
