@@ -275,12 +275,13 @@ def _by_hand(problem):
     return f, problem.model.W.grad.clone()
 
 
+@pytest.mark.parametrize("kappa", [0.4, 1.2])  # p = 3 and 8 at d = 7: through z, and through W^T W (d < 2 p)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_gradient_by_hand_is_autograds(dtype, by_hand_chunks):
+def test_gradient_by_hand_is_autograds(dtype, kappa, by_hand_chunks):
     """T = 2, seq2lab, factorized: the objective and gradient by hand (FactorizedTiedAttention.pair_fit_gradient,
-    in 10-sample chunks) against autograd's route through _TokenGram and the softmax, at beta != 1, noisy labels
-    and a penalty: float64 to 1e-12, float32 to its rounding."""
-    problem, _ = make(n_seeds=3, T=2, d=7, alpha=2.0, lam=0.3, beta=1.7, kappa=0.6, Delta=0.5, chunk=10)
+    in 10-sample chunks, by both of its routes) against autograd's route through _TokenGram and the softmax, at
+    beta != 1, noisy labels and a penalty: float64 to 1e-12, float32 to its rounding."""
+    problem, _ = make(n_seeds=3, T=2, d=7, alpha=2.0, lam=0.3, beta=1.7, kappa=kappa, Delta=0.5, chunk=10)
     problem = problem.to(dtype)
     f, grad = _by_hand(problem)
     assert by_hand_chunks == [10]
@@ -291,12 +292,13 @@ def test_gradient_by_hand_is_autograds(dtype, by_hand_chunks):
     torch.testing.assert_close(grad, problem.model.W.grad, rtol=tol, atol=tol * float(grad.abs().max()))
 
 
-def test_gradient_by_hand_is_each_replicas_own(by_hand_chunks):
+@pytest.mark.parametrize("kappa", [0.5, 1.0])
+def test_gradient_by_hand_is_each_replicas_own(kappa, by_hand_chunks):
     """A replica's objective and gradient by hand are the same bits alone or beside others (its chunks do not
-    depend on how many replicas there are), in float64 and float32, with several chunks."""
+    depend on how many replicas there are), in float64 and float32, with several chunks, by both routes."""
     from attnrepro.lit.compaction import take
 
-    problem, _ = make(n_seeds=4, T=2, d=12, alpha=3.0, lam=0.1, Delta=0.5, chunk=50)
+    problem, _ = make(n_seeds=4, T=2, d=12, alpha=3.0, lam=0.1, kappa=kappa, Delta=0.5, chunk=50)
     for dtype in (torch.float64, torch.float32):
         full = problem.to(dtype)
         f, grad = _by_hand(full)

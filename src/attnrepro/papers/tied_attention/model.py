@@ -128,25 +128,33 @@ class FactorizedTiedAttention(TiedAttention):
         given by v = x_1 - x_2 and u = x_1 + x_2 (V, U: (R, n, d)), labels A (R, n, 2, 2), and its gradient in
         W (R, p, d); `chunk` samples at a time.
 
-        With z_v = W v, z_u = W u (so z_1 = (z_u + z_v)/2, z_2 = (z_u - z_v)/2), q = |z_v|^2, k = z_u . z_v,
-        tau = ||W||_F^2 and s = sqrt(p d) sqrt(d): h_11 - h_12 = ((k + q)/2 - tau)/s, h_22 - h_21 = ((q - k)/2
-        - tau)/s, and A_hat's rows are softmax(x_1, 0) and softmax(0, x_2), x_i = beta (h_ii - h_12).
-        With r = A_hat - A: dl/dx_1 = a_11 a_12 (r_11 - r_12) =: g_1, dl/dx_2 = a_22 a_21 (r_22 - r_21) =: g_2;
-        dl/dq = beta (g_1 + g_2)/(2 s), dl/dk = beta (g_1 - g_2)/(2 s), dl/dtau = -beta (g_1 + g_2)/s;
-        dl/dW = sum_mu [(2 dl/dq z_v + dl/dk z_u) v^T + dl/dk z_v u^T] + 2 (sum_mu dl/dtau) W.
-        Per chunk two products forward and two back, and three element-wise passes over (R, p, chunk) blocks
-        each way (autograd's route through _TokenGram and the softmax: five and four, and its graph).
+        With z_v = W v, z_u = W u (so z_1 = (z_u + z_v)/2, z_2 = (z_u - z_v)/2), q = |z_v|^2 = v^T W^T W v,
+        k = z_u . z_v = u^T W^T W v, tau = ||W||_F^2 and s = sqrt(p d) sqrt(d): h_11 - h_12 = ((k + q)/2 - tau)/s,
+        h_22 - h_21 = ((q - k)/2 - tau)/s, and A_hat's rows are softmax(x_1, 0) and softmax(0, x_2),
+        x_i = beta (h_ii - h_12). With r = A_hat - A: dl/dx_1 = a_11 a_12 (r_11 - r_12) =: g_1,
+        dl/dx_2 = a_22 a_21 (r_22 - r_21) =: g_2; dl/dq = beta (g_1 + g_2)/(2 s), dl/dk = beta (g_1 - g_2)/(2 s),
+        dl/dtau = -beta (g_1 + g_2)/s. Two routes to q, k and dl/dW, whichever multiplies less:
+        - through z (8 p d per sample): dl/dW = sum_mu [(2 dl/dq z_v + dl/dk z_u) v^T + dl/dk z_v u^T] + 2 (sum_mu
+          dl/dtau) W;
+        - through G = W^T W (4 d^2 per sample, and 4 p d^2 per evaluation: d < 2 p, as at kappa = 1): q = v^T G v,
+          k = u^T G v, dl/dG = sum_mu (dl/dq v + dl/dk u) v^T =: M, dl/dW = W (M + M^T) + 2 (sum_mu dl/dtau) W.
         """
         W, beta = self.W, self.beta
         s = math.sqrt(self.p * self.d) * math.sqrt(self.d)
         shift = (beta / s) * (W * W).sum((-1, -2))[:, None]                 # beta tau / s, (R, 1)
         fit = torch.zeros(W.shape[0], dtype=W.dtype, device=W.device)
         dtau = torch.zeros_like(fit)                                         # -sum_mu dl/dtau
-        grad = torch.zeros_like(W)
+        through_gram = self.d < 2 * self.p
+        G = W.transpose(-1, -2) @ W if through_gram else None                # (R, d, d)
+        grad = torch.zeros_like(G if through_gram else W)                    # M, or dl/dW
         for i in range(0, V.shape[1], chunk):
             v, u, Y = V[:, i:i + chunk], U[:, i:i + chunk], A[:, i:i + chunk]
-            zv, zu = W @ v.transpose(-1, -2), W @ u.transpose(-1, -2)        # (R, p, c)
-            q, k = (zv * zv).sum(-2), (zv * zu).sum(-2)                      # (R, c)
+            if through_gram:
+                Gv = v @ G                                                   # (R, c, d): rows G v
+                q, k = (Gv * v).sum(-1), (Gv * u).sum(-1)                    # (R, c)
+            else:
+                zv, zu = W @ v.transpose(-1, -2), W @ u.transpose(-1, -2)    # (R, p, c)
+                q, k = (zv * zv).sum(-2), (zv * zu).sum(-2)
             x = torch.zeros(Y.shape, dtype=W.dtype, device=W.device)       # beta (h - h_12), (R, c, 2, 2)
             x[..., 0, 0] = (beta / (2 * s)) * (k + q) - shift
             x[..., 1, 1] = (beta / (2 * s)) * (q - k) - shift
@@ -157,9 +165,14 @@ class FactorizedTiedAttention(TiedAttention):
             g2 = a[..., 1, 1] * a[..., 1, 0] * (r[..., 1, 1] - r[..., 1, 0])
             dq2, dk = (beta / s) * (g1 + g2), (beta / (2 * s)) * (g1 - g2)  # 2 dl/dq, dl/dk
             dtau += dq2.sum(-1)
-            dzv = torch.addcmul(zu * dk[:, None, :], zv, dq2[:, None, :])
-            grad += dzv @ v  # not baddbmm: with one replica it rounds as addmm, unlike the batch
-            grad += zv.mul_(dk[:, None, :]) @ u                              # z_v's last use: dl/dz_u in place
+            # products added, not baddbmm: with one replica that rounds as addmm, unlike the batch
+            if through_gram:
+                grad += torch.addcmul(u * dk[..., None], v, (0.5 * dq2)[..., None]).transpose(-1, -2) @ v
+            else:
+                grad += torch.addcmul(zu * dk[:, None, :], zv, dq2[:, None, :]) @ v
+                grad += zv.mul_(dk[:, None, :]) @ u                          # z_v's last use: dl/dz_u in place
+        if through_gram:
+            grad = W @ (grad + grad.transpose(-1, -2))
         return fit, grad.add_(W * (-2.0 * dtau)[:, None, None])
 
 

@@ -52,9 +52,9 @@ PAIR_CHUNK_BYTES = 1_000_000
 """The factorized model's gradient by hand (T = 2, seq2lab: FactorizedTiedAttention.pair_fit_gradient) takes
 chunks whose tokens and projections fill about this many bytes per replica (T chunk (d + p) values), whatever
 the number of replicas: each replica's operations are then the same alone or beside others, to the bit. One
-thread, d = p = 200, n = 6400, an evaluation took (chunk 156 / 312 / 625 / 1250 samples) 33.0 / 27.1 / 24.7 /
-25.6 ms with 1 replica and 172 / 164 / 177 / 195 ms with 8 in float32; in float64 (78 / 156 / 312 / 625) 51.6 /
-43.9 / 42.5 / 41.4 and 379 / 349 / 321 / 348 ms."""
+thread, d = p = 200 (through W^T W), n = 6400, an evaluation took (chunk 156 / 312 / 625 / 1250 samples) 16.1 /
+13.7 / 13.1 / 13.5 ms with 1 replica and 105 / 100 / 103 / 119 ms with 8 in float32; in float64 (78 / 156 / 312 /
+625) 31.2 / 26.5 / 23.9 / 22.4 and 202 / 190 / 183 / 189 ms."""
 
 
 class SampleSet(nn.Module):
