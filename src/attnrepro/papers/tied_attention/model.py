@@ -155,10 +155,10 @@ class FactorizedTiedAttention(TiedAttention):
             else:
                 zv, zu = W @ v.transpose(-1, -2), W @ u.transpose(-1, -2)    # (R, p, c)
                 q, k = (zv * zv).sum(-2), (zv * zu).sum(-2)
-            x = torch.zeros(Y.shape, dtype=W.dtype, device=W.device)       # beta (h - h_12), (R, c, 2, 2)
-            x[..., 0, 0] = (beta / (2 * s)) * (k + q) - shift
-            x[..., 1, 1] = (beta / (2 * s)) * (q - k) - shift
-            a = torch.softmax(x, -1)  # row by row, whatever the batch (a sigmoid's vector and scalar paths round apart)
+            logits = torch.zeros(Y.shape, dtype=W.dtype, device=W.device)  # beta (h - h_12), (R, c, 2, 2)
+            logits[..., 0, 0] = (beta / (2 * s)) * (k + q) - shift
+            logits[..., 1, 1] = (beta / (2 * s)) * (q - k) - shift
+            a = torch.softmax(logits, -1)  # row by row whatever the batch (a sigmoid's vector and scalar paths differ)
             r = a - Y
             fit += 0.5 * (r * r).sum((-1, -2, -3))
             g1 = a[..., 0, 0] * a[..., 0, 1] * (r[..., 0, 0] - r[..., 0, 1])

@@ -112,6 +112,8 @@ def eigh_descending(S: Tensor) -> tuple[Tensor, Tensor]:
 class TiedAttentionProblem(nn.Module):
     """A tied-attention student trained on the attention-indexed model; see the module docstring."""
 
+    gradient_by_hand = True  # pipelines/bench.py turns it off for the protocols before it
+
     def __init__(self, model: TiedAttention, S0: Tensor, train: SampleSet, val: SampleSet, test: SampleSet,
                  chunk: int, n_top: int):
         super().__init__()
@@ -132,8 +134,6 @@ class TiedAttentionProblem(nn.Module):
             return self.chunk
         R, _, T, d = X.shape
         return max(1, min(self.chunk, CPU_CHUNK_BYTES // (R * T * (d + self.model.p) * X.element_size())))
-
-    gradient_by_hand = True  # pipelines/bench.py turns it off for the protocols before it
 
     def _by_hand(self) -> bool:
         """Whether the training fit's gradient has a route without autograd: the factorized model, T = 2, seq2lab."""
