@@ -49,7 +49,7 @@ Each case runs in its own process, so its peak resident memory is its own.
                  gradient by hand; 2, that with float32 (approximate Wolfe line search) until the relative
                  gradient is 1.5e-5 or the objective stalls, then float64 from there
                  (train=lbfgs_mixed_precision, paper B's lambda > 0 default); 3, protocol 2 with autograd's
-                 gradient (the twentieth sitting's before). tied_error_vs_alpha at
+                 gradient (the protocol before the gradient by hand). tied_error_vs_alpha at
                  Delta = 0.5, alpha in {0.15, 0.2} and every lambda > 0 of its grid; tied_interpolation_peak
                  at alpha = 0.16 and every lambda > 0. Core-seconds (CPU time of one thread, so a
                  busy machine slows but does not inflate them), steps, relative gradients, and each
