@@ -127,13 +127,15 @@ class TiedAttentionProblem(nn.Module):
         self.register_buffer("target_vectors", vecs[..., :n_top])
         self.norm = float(model.d) if model.out == "seq2seq" else 1.0
 
-    def chunk_size(self, data: SampleSet) -> int:
-        """train.chunk, capped on CPU for the factorized model (see CPU_CHUNK_BYTES)."""
+    def chunk_size(self, data: SampleSet, per_replica: bool = False) -> int:
+        """train.chunk, capped on CPU for the factorized model: a chunk's tokens and projections fill about
+        CPU_CHUNK_BYTES over all replicas, or PAIR_CHUNK_BYTES per replica with per_replica (the gradient by hand)."""
         X = data.X
         if X.device.type != "cpu" or not isinstance(self.model, FactorizedTiedAttention):
             return self.chunk
         R, _, T, d = X.shape
-        return max(1, min(self.chunk, CPU_CHUNK_BYTES // (R * T * (d + self.model.p) * X.element_size())))
+        budget = PAIR_CHUNK_BYTES if per_replica else CPU_CHUNK_BYTES // R
+        return max(1, min(self.chunk, budget // (T * (d + self.model.p) * X.element_size())))
 
     def _by_hand(self) -> bool:
         """Whether the training fit's gradient has a route without autograd: the factorized model, T = 2, seq2lab."""
@@ -144,10 +146,7 @@ class TiedAttentionProblem(nn.Module):
         """sum_mu 1/2 ||A_hat - y||_F^2 per replica by FactorizedTiedAttention.pair_fit_gradient (PAIR_CHUNK_BYTES),
         its gradient added to W.grad."""
         V, U = self.train_set.pair_tokens()
-        W = self.model.W
-        X = self.train_set.X
-        chunk = self.chunk if X.device.type != "cpu" else max(1, min(self.chunk, PAIR_CHUNK_BYTES // (
-            X.shape[-2] * (X.shape[-1] + self.model.p) * X.element_size())))
+        W, chunk = self.model.W, self.chunk_size(self.train_set, per_replica=True)
         fit, grad = self.model.pair_fit_gradient(V, U, self.train_set.A, chunk)
         if W.grad is None:
             W.grad = grad
